@@ -59,7 +59,11 @@ class ConfigError(HeadwaterError):
     """A configuration value is missing or wrong; the message names file, line and field."""
 
     def __init__(
-        self, message: str, *, file: str | None = None, line: int | None = None,
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
         field: str | None = None,
     ) -> None:
         where = ":".join(str(p) for p in (file, line) if p is not None)
@@ -84,7 +88,11 @@ class BinlogFormatError(BinlogError):
     """
 
     def __init__(
-        self, message: str, *, source: str | None = None, offset: int | None = None,
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        offset: int | None = None,
         event_type: str | None = None,
     ) -> None:
         parts = []
@@ -102,7 +110,10 @@ class BinlogFormatError(BinlogError):
         self.event_type = event_type
 
     def located(
-        self, *, source: str | None = None, offset: int | None = None,
+        self,
+        *,
+        source: str | None = None,
+        offset: int | None = None,
         event_type: str | None = None,
     ) -> BinlogFormatError:
         """The same error with the location filled in where it was missing."""

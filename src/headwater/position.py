@@ -92,21 +92,28 @@ class Position:
     def parse(cls, text: str) -> Position:
         parts = text.split(":")
         if len(parts) not in (3, 4) or not all(p.isdigit() for p in parts):
-            raise ValueError(
-                f"expected CHANGE_ID:FILE_NUM:OFFSET[:EVENT_INDEX], got {text!r}")
+            raise ValueError(f"expected CHANGE_ID:FILE_NUM:OFFSET[:EVENT_INDEX], got {text!r}")
         return cls(*(int(p) for p in parts))
 
     def to_json(self) -> dict[str, int]:
-        return {"change_id": self.change_id, "file": self.file_num, "offset": self.offset,
-                "event": self.event_index}
+        return {
+            "change_id": self.change_id,
+            "file": self.file_num,
+            "offset": self.offset,
+            "event": self.event_index,
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> Position:
         if not isinstance(data, dict):
             raise ValueError(f"position must be an object, got {type(data).__name__}")
         try:
-            return cls(int(data["change_id"]), int(data["file"]), int(data["offset"]),
-                       int(data.get("event", 0)))
+            return cls(
+                int(data["change_id"]),
+                int(data["file"]),
+                int(data["offset"]),
+                int(data.get("event", 0)),
+            )
         except KeyError as e:
             raise ValueError(f"position lacks field {e.args[0]!r}") from None
 
@@ -236,7 +243,8 @@ class MysqlGtidSet:
         parts = []
         for sid in sorted(self._sets, key=str):
             ranges = ":".join(
-                str(lo) if hi == lo + 1 else f"{lo}-{hi - 1}" for lo, hi in self._sets[sid])
+                str(lo) if hi == lo + 1 else f"{lo}-{hi - 1}" for lo, hi in self._sets[sid]
+            )
             parts.append(f"{sid}:{ranges}")
         return ",".join(parts)
 
@@ -274,7 +282,7 @@ class MysqlGtidSet:
         for _ in range(n_sids):
             if pos + 24 > len(data):
                 raise ValueError(f"GTID set truncated at byte {pos}")
-            sid = uuid.UUID(bytes=data[pos:pos + 16])
+            sid = uuid.UUID(bytes=data[pos : pos + 16])
             (n_iv,) = struct.unpack_from("<Q", data, pos + 16)
             pos += 24
             if pos + 16 * n_iv > len(data):

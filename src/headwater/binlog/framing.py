@@ -128,8 +128,9 @@ class FormatDescription:
         return 4 if self.post_header_length(EventType.TABLE_MAP) == 6 else 6
 
     @classmethod
-    def parse(cls, data: bytes | memoryview, *, source: str | None = None,
-              offset: int | None = None) -> FormatDescription:
+    def parse(
+        cls, data: bytes | memoryview, *, source: str | None = None, offset: int | None = None
+    ) -> FormatDescription:
         """Parse a whole FORMAT_DESCRIPTION event (header, body and any checksum).
 
         Servers that know checksums (MySQL 5.6.1+, MariaDB 5.3+) always end this event with
@@ -138,23 +139,28 @@ class FormatDescription:
         """
         view = memoryview(data)
         size = len(view)
-        where = {"source": source, "offset": offset, "event_type": "FORMAT_DESCRIPTION"}
+
+        def fail(cls: type[BinlogFormatError], message: str) -> BinlogFormatError:
+            return cls(message, source=source, offset=offset, event_type="FORMAT_DESCRIPTION")
+
         if size < EVENT_HEADER_SIZE + _FDE_FIXED.size:
-            raise TruncatedError(f"FORMAT_DESCRIPTION of {size} bytes is too short", **where)
+            raise fail(TruncatedError, f"FORMAT_DESCRIPTION of {size} bytes is too short")
         version_no, raw_version, created, header_len = _FDE_FIXED.unpack_from(
-            view, EVENT_HEADER_SIZE)
+            view, EVENT_HEADER_SIZE
+        )
         if version_no != 4:
-            raise BinlogFormatError(
+            raise fail(
+                BinlogFormatError,
                 f"binlog format version {version_no} is not supported (only v4, MySQL 5.0+)",
-                **where)
+            )
         if header_len != EVENT_HEADER_SIZE:
-            raise BinlogFormatError(f"common header length {header_len}, expected 19", **where)
+            raise fail(BinlogFormatError, f"common header length {header_len}, expected 19")
         server_version = bytes(raw_version).split(b"\0", 1)[0].decode("ascii", "replace")
-        rest = bytes(view[EVENT_HEADER_SIZE + _FDE_FIXED.size:])
+        rest = bytes(view[EVENT_HEADER_SIZE + _FDE_FIXED.size :])
         alg = CHECKSUM_ALG_UNDEF
         if _knows_checksums(server_version):
             if len(rest) < 5:
-                raise TruncatedError("FORMAT_DESCRIPTION lacks its checksum footer", **where)
+                raise fail(TruncatedError, "FORMAT_DESCRIPTION lacks its checksum footer")
             alg = rest[-5]
             if alg == CHECKSUM_ALG_CRC32:
                 (stored,) = _CRC.unpack_from(rest, len(rest) - 4)
@@ -162,15 +168,21 @@ class FormatDescription:
                 # file is open and clears it on close, without re-computing the CRC, which
                 # is computed with the flag clear (Log_event_footer::event_checksum_test,
                 # sql/log_event.cc). Verify the same way.
-                signed = bytearray(view[:size - 4])
+                signed = bytearray(view[: size - 4])
                 signed[_FLAGS_OFFSET] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF
                 if zlib.crc32(signed) != stored:
-                    raise ChecksumError("CRC32 mismatch", **where)
+                    raise fail(ChecksumError, "CRC32 mismatch")
             elif alg != CHECKSUM_ALG_OFF:
-                raise BinlogFormatError(f"unknown checksum algorithm {alg}", **where)
+                raise fail(BinlogFormatError, f"unknown checksum algorithm {alg}")
             rest = rest[:-5]
-        return cls(version_no, server_version, created, header_len, rest,
-                   CHECKSUM_ALG_OFF if alg == CHECKSUM_ALG_UNDEF else alg)
+        return cls(
+            version_no,
+            server_version,
+            created,
+            header_len,
+            rest,
+            CHECKSUM_ALG_OFF if alg == CHECKSUM_ALG_UNDEF else alg,
+        )
 
 
 def _knows_checksums(server_version: str) -> bool:
@@ -184,24 +196,30 @@ def _knows_checksums(server_version: str) -> bool:
     return version >= split
 
 
-def strip_checksum(event: memoryview, alg: int, *, source: str | None = None,
-                   offset: int | None = None) -> memoryview:
+def strip_checksum(
+    event: memoryview, alg: int, *, source: str | None = None, offset: int | None = None
+) -> memoryview:
     """Verify and remove the trailing CRC32 of one whole event (no-op when ``alg`` is OFF)."""
     if alg != CHECKSUM_ALG_CRC32:
         return event
     end = len(event) - 4
     if end < EVENT_HEADER_SIZE:
-        raise TruncatedError("event shorter than header and checksum", source=source,
-                             offset=offset)
+        raise TruncatedError("event shorter than header and checksum", source=source, offset=offset)
     (stored,) = _CRC.unpack_from(event, end)
     if zlib.crc32(event[:end]) != stored:
-        raise ChecksumError("CRC32 mismatch", source=source, offset=offset,
-                            event_type=event_type_name(event[4]))
+        raise ChecksumError(
+            "CRC32 mismatch", source=source, offset=offset, event_type=event_type_name(event[4])
+        )
     return event[:end]
 
 
-def iter_buffer_events(buf: bytes | memoryview | mmap.mmap, *, source: str = "<buffer>",
-                       start: int = 4, verify: bool = True) -> Iterator[RawEvent]:
+def iter_buffer_events(
+    buf: bytes | memoryview | mmap.mmap,
+    *,
+    source: str = "<buffer>",
+    start: int = 4,
+    verify: bool = True,
+) -> Iterator[RawEvent]:
     """Frame the events of a whole binlog file held in memory.
 
     The FORMAT_DESCRIPTION at offset 4 is always read first (it says whether events carry
@@ -214,26 +232,34 @@ def iter_buffer_events(buf: bytes | memoryview | mmap.mmap, *, source: str = "<b
     view = memoryview(buf)
     end = len(view)
     if end < 4 or view[:4] != BINLOG_MAGIC:
-        raise BinlogFormatError("not a binlog file (missing magic \\xfebin)", source=source,
-                                offset=0)
+        raise BinlogFormatError(
+            "not a binlog file (missing magic \\xfebin)", source=source, offset=0
+        )
     fde: FormatDescription | None = None
     pos = 4
     if start < 4:
         raise ValueError(f"start offset {start} is inside the file magic")
     while pos < end:
         if end - pos < EVENT_HEADER_SIZE:
-            raise TruncatedError(f"{end - pos} bytes left, less than an event header",
-                                 source=source, offset=pos)
+            raise TruncatedError(
+                f"{end - pos} bytes left, less than an event header", source=source, offset=pos
+            )
         ts, type_code, server_id, size, log_pos, flags = _unpack_header(view, pos)
         if size < EVENT_HEADER_SIZE:
-            raise BinlogFormatError(f"event_size {size} is smaller than the header",
-                                    source=source, offset=pos,
-                                    event_type=event_type_name(type_code))
+            raise BinlogFormatError(
+                f"event_size {size} is smaller than the header",
+                source=source,
+                offset=pos,
+                event_type=event_type_name(type_code),
+            )
         if pos + size > end:
-            raise TruncatedError(f"event of {size} bytes but only {end - pos} left",
-                                 source=source, offset=pos,
-                                 event_type=event_type_name(type_code))
-        whole = view[pos:pos + size]
+            raise TruncatedError(
+                f"event of {size} bytes but only {end - pos} left",
+                source=source,
+                offset=pos,
+                event_type=event_type_name(type_code),
+            )
+        whole = view[pos : pos + size]
         if type_code == EventType.FORMAT_DESCRIPTION:
             # Kept whole: its footer carries the checksum algorithm, and
             # FormatDescription.parse verifies the CRC itself.
@@ -241,21 +267,27 @@ def iter_buffer_events(buf: bytes | memoryview | mmap.mmap, *, source: str = "<b
             data = whole
         elif fde is None:
             if type_code == EventType.START_V3:
-                raise BinlogFormatError("binlog v1/v3 (MySQL before 5.0) is not supported",
-                                        source=source, offset=pos)
-            raise BinlogFormatError("first event is not FORMAT_DESCRIPTION", source=source,
-                                    offset=pos, event_type=event_type_name(type_code))
+                raise BinlogFormatError(
+                    "binlog v1/v3 (MySQL before 5.0) is not supported", source=source, offset=pos
+                )
+            raise BinlogFormatError(
+                "first event is not FORMAT_DESCRIPTION",
+                source=source,
+                offset=pos,
+                event_type=event_type_name(type_code),
+            )
         elif verify:
             data = strip_checksum(whole, fde.checksum_alg, source=source, offset=pos)
         else:
-            data = whole[:size - fde.checksum_size]
+            data = whole[: size - fde.checksum_size]
         if pos >= start:
             yield RawEvent(pos, ts, type_code, server_id, log_pos, flags, data)
         pos += size
 
 
-def iter_file_events(path: str | os.PathLike[str], *, start: int = 4,
-                     verify: bool = True) -> Iterator[RawEvent]:
+def iter_file_events(
+    path: str | os.PathLike[str], *, start: int = 4, verify: bool = True
+) -> Iterator[RawEvent]:
     """Frame the events of a binlog file on disk (memory-mapped, zero-copy)."""
     name = os.fspath(path)
     with open(name, "rb") as f:

@@ -1,0 +1,54 @@
+# headwater: the commands every checkout provides (see ../shared/DESIGN.md).
+#   make test    set up what is missing (Debian packages, .venv) and run lint, types and tests
+#   make bench   every benchmark (BENCH_ARGS=--quick for the short versions)
+#   make demo    the main job on an embedded default
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DEB_PACKAGES := mariadb-server mariadb-client
+
+.PHONY: test lint typecheck unit integration bench setup system-packages clean
+
+setup: system-packages $(STAMP)
+
+# Debian packages, installed only when their programs are missing (needs root, as on CI).
+system-packages:
+	@missing=""; \
+	command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing="$$missing mariadb-server"; \
+	command -v mariadb-binlog >/dev/null 2>&1 || missing="$$missing mariadb-client"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: setup lint typecheck
+	$(BIN)/pytest
+
+unit: $(STAMP)
+	$(BIN)/pytest -m "not integration"
+
+integration: setup
+	$(BIN)/pytest -m integration
+
+bench: setup
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
