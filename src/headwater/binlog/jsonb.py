@@ -396,28 +396,37 @@ def _text(buf: bytes, t: int, pos: int, end: int, depth: int, out: list[str]) ->
     cend = pos + size
     is_object = t < _T_SMALL_ARRAY
     out.append("{" if is_object else "[")
+    append = out.append
     for i in range(0, len(values), 2):
         if i:
-            out.append(", ")
+            append(", ")
         if is_object:
-            out.append(_quote(_key(buf, pos, header, size, keys[i], keys[i + 1])))
-            out.append(": ")
-        vt = values[i]
+            key_at, key_len = keys[i], keys[i + 1]
+            if key_at < header or key_at + key_len > size:
+                _fail(f"key at offset {key_at} length {key_len} is outside its object")
+            append(_quote(buf[pos + key_at : pos + key_at + key_len].decode()) + ": ")
+        vt, raw = values[i], values[i + 1]
         if vt in inlined:
             if vt == _T_LITERAL:
-                literal = values[i + 1] & 0xFF
-                if literal > 2:
-                    _fail(f"bad literal {literal:#x}")
-                out.append(_LITERAL_TEXT[literal])
+                if raw & 0xFF > 2:
+                    _fail(f"bad literal {raw & 0xFF:#x}")
+                append(_LITERAL_TEXT[raw & 0xFF])
             else:
-                out.append(str(_inlined(vt, values[i + 1], large)))
+                append(str(_inlined(vt, raw, large)))
             continue
-        at = pos + _value_offset(values[i + 1], header, size)
+        # json_binary.cc Value::element: the value lies after the entries, inside.
+        if raw < header or raw >= size:
+            _fail(f"value offset {raw} is outside its container")
+        at = pos + raw
         if vt == _T_STRING:  # the common case, without the generic dispatch
-            length, at = _varlen(buf, at, cend)
+            length = buf[at]
+            if length < 0x80:
+                at += 1
+            else:
+                length, at = _varlen(buf, at, cend)
             if at + length > cend:
                 _fail("string is truncated")
-            out.append(_quote(buf[at : at + length].decode()))
+            append(_quote(buf[at : at + length].decode()))
         else:
             _text(buf, vt, at, cend, depth, out)
     out.append("}" if is_object else "]")
