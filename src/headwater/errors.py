@@ -11,6 +11,7 @@ secrets, and say whether retrying can help::
      |    |    +-- ChecksumError      an event whose CRC32 does not match
      |    |    +-- TruncatedError     input ends inside an event
      |    +-- SourceError             the source server refuses or cannot serve us
+     |         +-- AuthenticationError  the server refused the user name or password
      |         +-- SourceConfigError  server settings that must change (binlog_format, log_bin)
      |         +-- PrivilegeError     the user lacks a privilege
      |         +-- PositionPurgedError  requested file or GTIDs are no longer on the server
@@ -26,6 +27,7 @@ secrets, and say whether retrying can help::
 from __future__ import annotations
 
 __all__ = [
+    "AuthenticationError",
     "BinlogError",
     "BinlogFormatError",
     "ChecksumError",
@@ -135,6 +137,10 @@ class TruncatedError(BinlogFormatError):
 
 class SourceError(BinlogError):
     """The source server refuses, or cannot serve, what we asked."""
+
+
+class AuthenticationError(SourceError):
+    """The server refused the user name or password (error 1045); never names the password."""
 
 
 class SourceConfigError(SourceError):
