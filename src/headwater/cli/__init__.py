@@ -1,0 +1,1 @@
+"""The ``headwater`` command: :func:`headwater.cli.main.main` is its entry point."""

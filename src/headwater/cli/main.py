@@ -1,0 +1,216 @@
+"""The ``headwater`` command line: argparse with subcommands.
+
+Each command group is a ``_register_*`` function that adds its subparsers and sets
+``handler`` (``args -> exit status``) on each leaf; :data:`_COMMAND_GROUPS` lists them, so a
+new command plugs in by adding one function. :func:`main` maps outcomes to exit statuses:
+
+* 0: success
+* 2: a headwater error (bad input file, server refused, ...) or an unreadable file, shown
+  as one ``headwater: error: ...`` line on stderr with no traceback; usage errors
+  (argparse) also exit 2
+* 130: interrupted (Ctrl-C)
+
+Passwords are never printed: not in errors, not in ``--help`` defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
+
+from headwater import __version__
+from headwater.errors import HeadwaterError
+from headwater.position import BinlogCoordinate, parse_gtid_set
+
+__all__ = ["build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+_EPILOG = """\
+exit status:
+  0    success
+  2    error: unreadable or corrupt input (the message names file, offset and event
+       type), a refused connection, or bad usage
+  130  interrupted
+"""
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class _UsageError(Exception):
+    """A combination of options argparse cannot check by itself."""
+
+
+def _register_binlog(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    binlog = sub.add_parser(
+        "binlog",
+        help="read MySQL/MariaDB binary logs",
+        description="Read MySQL/MariaDB binary logs.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = binlog.add_subparsers(dest="binlog_command", metavar="COMMAND", required=True)
+    dump = actions.add_parser(
+        "dump",
+        help="print the events of binlog files (or of a server) one per line",
+        description=(
+            "Print every event of the given binlog files, in order, one line each; rows "
+            "events give one line per changed row (db, table, op, before, after). Like "
+            "mysqlbinlog -v, but machine-readable with --json (value rendering: "
+            "docs/formats.md, 'binlog dump output'). Gzip-compressed files are read too."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dump.add_argument("files", nargs="*", metavar="FILE", help="binlog or relay log files")
+    dump.add_argument(
+        "--start",
+        type=_offset,
+        default=4,
+        metavar="POS",
+        help="byte offset of the first event to print, in the first FILE (default 4)",
+    )
+    dump.add_argument(
+        "--json", action="store_true", help="one JSON object per line instead of the text format"
+    )
+    live = dump.add_argument_group(
+        "live mode", "read from a server as a replica instead of from files"
+    )
+    live.add_argument("--source", metavar="URL", help="mysql://user@host:port of the source server")
+    live.add_argument(
+        "--from",
+        dest="from_",
+        type=BinlogCoordinate.parse,
+        metavar="FILE:POS",
+        help="binlog coordinate to start at (default: the server's current)",
+    )
+    live.add_argument(
+        "--gtid",
+        type=parse_gtid_set,
+        metavar="SET",
+        help="start after these GTIDs (MySQL uuid:1-5 or MariaDB domain-server-seq)",
+    )
+    live.add_argument(
+        "--server-id",
+        type=_positive,
+        metavar="N",
+        help="replica server_id to register with (must be unique)",
+    )
+    live.add_argument(
+        "--password-file",
+        metavar="PATH",
+        help="file whose first line is the password (else the "
+        "HEADWATER_SOURCE_PASSWORD environment variable)",
+    )
+    dump.set_defaults(handler=_binlog_dump)
+
+
+_COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    _register_binlog,
+]
+
+
+def _offset(text: str) -> int:
+    if not text.isdigit() or int(text) < 4:
+        raise argparse.ArgumentTypeError(f"expected a byte offset >= 4, got {text!r}")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 2**32:
+        raise argparse.ArgumentTypeError(f"expected an integer in 1..4294967295, got {text!r}")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="headwater",
+        description="Change data capture for MySQL and MariaDB.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for register in _COMMAND_GROUPS:
+        register(sub)
+    return parser
+
+
+def _binlog_dump(args: argparse.Namespace) -> int:
+    from headwater.binlog.dump import dump_files
+
+    live_options = [
+        name
+        for name, value in (
+            ("--from", args.from_),
+            ("--gtid", args.gtid),
+            ("--server-id", args.server_id),
+            ("--password-file", args.password_file),
+        )
+        if value is not None
+    ]
+    if args.source is not None:
+        if args.files:
+            raise _UsageError("give FILE arguments or --source, not both")
+        _check_source_url(args.source)
+        # The replica client (headwater.binlog.client) is not part of this build yet; live
+        # mode is wired here when it lands.
+        raise _UsageError(
+            "--source: live mode needs headwater.binlog.client, which this build does not have yet"
+        )
+    if live_options:
+        raise _UsageError(f"{', '.join(live_options)} only apply with --source")
+    if not args.files:
+        raise _UsageError("give at least one FILE (or --source URL)")
+    out = sys.stdout.buffer
+    sys.stdout.flush()
+    dump_files(args.files, out, start=args.start, as_json=args.json)
+    return EXIT_OK
+
+
+def _check_source_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
+        raise _UsageError("--source: expected mysql://user@host:port")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise _UsageError("--source: bad port") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``headwater`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except _UsageError as e:
+        parser.exit(EXIT_ERROR, f"headwater: error: {e}\n")
+    except HeadwaterError as e:
+        _error(str(e))
+    except OSError as e:
+        if isinstance(e, BrokenPipeError):
+            # The reader went away (| head): not an error. Keep Python from complaining
+            # again when it flushes stdout at exit.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return EXIT_OK
+        where = f"{e.filename}: " if e.filename else ""
+        _error(f"{where}{e.strerror or e}")
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return EXIT_ERROR
+
+
+def _error(message: str) -> None:
+    print(f"headwater: error: {message}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
