@@ -1,0 +1,395 @@
+"""Sparse per-segment index, and GTID summaries that let lookups skip data.
+
+One index entry is kept per block of about ``index_interval_bytes`` of records; it describes
+the block's first record and the block as a whole. Entries are fixed width (ENTRY, 94 bytes,
+little-endian)::
+
+     0   8  seq            sequence number of the block's first record
+     8   8  seg_offset     byte offset of that record in the (uncompressed) segment data
+    16   8  change_id      \\
+    24   4  file_num        | Position of that record
+    28   8  offset          |
+    36   4  event_index    /
+    40   8  ts_us          commit timestamp of that record
+    48   8  max_ts_before  max ts_us of all records of the segment before that record (0: none)
+    56   1  gtid_kind      0: the block cannot be skipped (a record without GTID, or mixed
+                           server uuids / domains); 1: MySQL; 2: MariaDB
+    57   1  reserved
+    58  16  gtid_id        MySQL server uuid bytes, or MariaDB domain id (u32) zero-padded
+    74   8  gtid_min       smallest gno / seq_no in the block (for gtid_id)
+    82   8  gtid_max       largest gno / seq_no in the block
+    90   4  crc32c         of bytes 0..89 of the entry
+
+A sealed segment's ``.idx`` file is its entries followed by a trailer (TRAILER, 32 bytes):
+entry count (u64), the segment's last seq (u64), its data length (u64), CRC32C of all
+entry bytes (u32), magic ``b"HWIX"``. The active segment's ``.idx`` has no trailer: the
+writer appends entries of closed blocks as it goes; recovery rebuilds it from the data.
+
+Lookups (costs for a segment of N entries):
+
+* by seq or position: ``bisect`` over the entries (both are monotone), then a scan of at
+  most one block;
+* by time: commit timestamps can go backwards a little, so entries carry ``max_ts_before``,
+  which is monotone; the first record with ``ts >= T`` lies in the block before the first
+  entry whose ``max_ts_before >= T``: ``bisect`` plus a one-block scan;
+* by GTID set ("first record whose GTID is not in the set"): GTIDs are not monotone across
+  server uuids or domains, so a block is *skippable* when its summary (one id and a gno
+  range) is wholly inside the wanted set. A binary tree of merged summaries over the blocks
+  (:class:`GtidTree`) finds the first non-skippable block in O(log N) node checks when the
+  set is a prefix per uuid/domain (the normal case); holes in the wanted set only make the
+  summary checks conservative, never wrong: a non-skippable block is scanned record by
+  record and scanning goes on to the next non-skippable block. Worst case (a GTID-less log,
+  or a wanted set with holes everywhere) is a linear scan.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from headwater.errors import CorruptRecordError
+from headwater.position import MariadbGtidPos, MysqlGtidSet
+
+__all__ = [
+    "ENTRY",
+    "TRAILER",
+    "GtidKey",
+    "GtidSummary",
+    "GtidTree",
+    "GtidWanted",
+    "IndexBuilder",
+    "IndexView",
+    "gtid_key",
+]
+
+ENTRY = struct.Struct("<QQQIQIQQBB16sQQI")
+_ENTRY_BODY = ENTRY.size - 4
+TRAILER = struct.Struct("<QQQI4s")
+TRAILER_MAGIC = b"HWIX"
+
+KIND_NONE = 0
+KIND_MYSQL = 1
+KIND_MARIADB = 2
+
+GtidKey = tuple[int, bytes]  # (kind, 16-byte id)
+PosTuple = tuple[int, int, int, int]
+# A summary: per (kind, id) the (min, max) number seen, or None when some record had no
+# parseable GTID (such data can never be skipped).
+GtidSummary = dict[GtidKey, tuple[int, int]] | None
+
+_ID_CACHE: dict[str, bytes] = {}
+
+
+def gtid_key(gtid: str) -> tuple[int, bytes, int] | None:
+    """``(kind, id16, number)`` of a GTID string, or None if empty or unparseable."""
+    if not gtid:
+        return None
+    head, sep, num = gtid.rpartition(":")
+    try:
+        if sep:
+            ident = _ID_CACHE.get(head)
+            if ident is None:
+                ident = uuid.UUID(head).bytes
+                if len(_ID_CACHE) < 1024:
+                    _ID_CACHE[head] = ident
+            return KIND_MYSQL, ident, int(num)
+        parts = gtid.split("-")
+        if len(parts) != 3:
+            return None
+        return KIND_MARIADB, struct.pack("<I", int(parts[0])) + bytes(12), int(parts[2])
+    except ValueError:
+        return None
+
+
+class GtidWanted:
+    """A wanted GTID set prepared for fast "is this wholly contained" checks."""
+
+    def __init__(self, wanted: MysqlGtidSet | MariadbGtidPos) -> None:
+        self._mysql: dict[bytes, tuple[list[int], list[int]]] = {}
+        self._maria: dict[bytes, int] = {}
+        if isinstance(wanted, MysqlGtidSet):
+            for sid, lo, hi in wanted.intervals():
+                los, his = self._mysql.setdefault(sid.bytes, ([], []))
+                los.append(lo)
+                his.append(hi)
+        else:
+            for g in wanted.gtids():
+                self._maria[struct.pack("<I", g.domain_id) + bytes(12)] = g.seq_no
+
+    def covers(self, kind: int, ident: bytes, lo: int, hi: int) -> bool:
+        """True if every number in ``[lo, hi]`` of this uuid/domain is in the set."""
+        if kind == KIND_MYSQL:
+            iv = self._mysql.get(ident)
+            if iv is None:
+                return False
+            i = bisect.bisect_right(iv[0], lo) - 1
+            return i >= 0 and hi < iv[1][i]
+        if kind == KIND_MARIADB:
+            last = self._maria.get(ident)
+            return last is not None and hi <= last
+        return False
+
+    def covers_summary(self, summary: GtidSummary) -> bool:
+        if summary is None:
+            return False
+        return all(self.covers(k, i, lo, hi) for (k, i), (lo, hi) in summary.items())
+
+    def contains(self, gtid: str) -> bool:
+        key = gtid_key(gtid)
+        return key is not None and self.covers(key[0], key[1], key[2], key[2])
+
+
+def merge_summaries(a: GtidSummary, b: GtidSummary) -> GtidSummary:
+    if a is None or b is None:
+        return None
+    out = dict(a)
+    for k, (lo, hi) in b.items():
+        cur = out.get(k)
+        out[k] = (lo, hi) if cur is None else (min(cur[0], lo), max(cur[1], hi))
+    return out
+
+
+class GtidTree:
+    """Binary tree of merged block summaries: first non-skippable block in O(log N)."""
+
+    def __init__(self, leaves: list[GtidSummary]) -> None:
+        self.n = len(leaves)
+        self.levels: list[list[GtidSummary]] = [leaves]
+        while len(self.levels[-1]) > 1:
+            prev = self.levels[-1]
+            nxt = [merge_summaries(prev[i], prev[i + 1]) if i + 1 < len(prev) else prev[i]
+                   for i in range(0, len(prev), 2)]
+            self.levels.append(nxt)
+
+    def first_unskippable(self, start: int, wanted: GtidWanted) -> int:
+        """Smallest block index >= start whose summary is not covered (``n`` if none)."""
+        if self.n == 0 or start >= self.n:
+            return self.n
+        found = self._search(len(self.levels) - 1, 0, start, wanted)
+        return self.n if found is None else found
+
+    def _search(self, level: int, i: int, start: int, wanted: GtidWanted) -> int | None:
+        lo = i << level
+        if min(lo + (1 << level), self.n) <= start:
+            return None
+        if lo >= start and wanted.covers_summary(self.levels[level][i]):
+            return None
+        if level == 0:
+            return i
+        below = self.levels[level - 1]
+        r = self._search(level - 1, 2 * i, start, wanted)
+        if r is None and 2 * i + 1 < len(below):
+            r = self._search(level - 1, 2 * i + 1, start, wanted)
+        return r
+
+
+@dataclass(slots=True)
+class IndexView:
+    """The entries of one segment's index as parallel lists (bisect-friendly)."""
+
+    seqs: list[int]
+    offs: list[int]
+    poss: list[PosTuple]
+    tss: list[int]
+    mtb: list[int]
+    leaves: list[GtidSummary]
+    tree: GtidTree | None = None
+
+    @classmethod
+    def empty(cls) -> IndexView:
+        return cls([], [], [], [], [], [])
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def visible(self, max_seq: int) -> int:
+        """Number of leading entries whose record has ``seq <= max_seq``."""
+        return bisect.bisect_right(self.seqs, max_seq)
+
+    def first_unskippable(self, start: int, hi: int, wanted: GtidWanted) -> int:
+        if self.tree is not None and self.tree.n == len(self.leaves):
+            return min(self.tree.first_unskippable(start, wanted), hi)
+        for i in range(start, hi):
+            if not wanted.covers_summary(self.leaves[i]):
+                return i
+        return hi
+
+    def build_tree(self) -> None:
+        self.tree = GtidTree(self.leaves)
+
+    @classmethod
+    def parse(cls, data: bytes, *, path: str, limit_offset: int | None = None,
+              strict: bool = True) -> IndexView:
+        """Parse entry bytes (no trailer); check every entry's CRC.
+
+        ``strict``: a bad entry raises :class:`CorruptRecordError` naming path and offset.
+        Otherwise (the active segment's index, appended by a live writer) parsing stops at
+        the first bad entry. Entries at or past ``limit_offset`` in the data are dropped.
+        """
+        view = cls.empty()
+        n = len(data) // ENTRY.size
+        if strict and len(data) % ENTRY.size:
+            raise CorruptRecordError("index length is not a whole number of entries",
+                                     path=path, offset=n * ENTRY.size)
+        mv = memoryview(data)
+        for i in range(n):
+            at = i * ENTRY.size
+            e = ENTRY.unpack_from(data, at)
+            if crc32c(mv[at:at + _ENTRY_BODY]) != e[13]:
+                if strict:
+                    raise CorruptRecordError("index entry CRC mismatch", path=path, offset=at)
+                break
+            if view.seqs and (e[0] <= view.seqs[-1] or e[1] <= view.offs[-1]):
+                if strict:
+                    raise CorruptRecordError("index entries out of order", path=path,
+                                             offset=at)
+                break
+            if limit_offset is not None and e[1] >= limit_offset:
+                break
+            view.seqs.append(e[0])
+            view.offs.append(e[1])
+            view.poss.append((e[2], e[3], e[4], e[5]))
+            view.tss.append(e[6])
+            view.mtb.append(e[7])
+            view.leaves.append({(e[8], e[10]): (e[11], e[12])} if e[8] else None)
+        return view
+
+
+def encode_entry(seq: int, off: int, pos: PosTuple, ts: int, mtb: int,
+                 leaf: GtidSummary) -> bytes:
+    if leaf is not None and len(leaf) == 1:
+        ((kind, ident), (lo, hi)), = leaf.items()
+    else:
+        kind, ident, lo, hi = KIND_NONE, bytes(16), 0, 0
+    body = ENTRY.pack(seq, off, pos[0], pos[1], pos[2], pos[3], ts, mtb, kind, 0, ident,
+                      lo, hi, 0)[:_ENTRY_BODY]
+    return body + struct.pack("<I", crc32c(body))
+
+
+def encode_trailer(entry_bytes: bytes, count: int, last_seq: int, data_end: int) -> bytes:
+    return TRAILER.pack(count, last_seq, data_end, crc32c(entry_bytes), TRAILER_MAGIC)
+
+
+def split_sealed(data: bytes, *, path: str) -> tuple[bytes, int, int, int]:
+    """Split a sealed index file into entry bytes, count, last seq and data end.
+
+    Raises :class:`CorruptRecordError` (with the offset) when the trailer is missing,
+    malformed or does not match the entries.
+    """
+    if len(data) < TRAILER.size or data[-4:] != TRAILER_MAGIC:
+        raise CorruptRecordError("index trailer missing", path=path,
+                                 offset=max(0, len(data) - TRAILER.size))
+    at = len(data) - TRAILER.size
+    count, last_seq, data_end, crc, _magic = TRAILER.unpack_from(data, at)
+    entries = data[:at]
+    if count * ENTRY.size != len(entries):
+        raise CorruptRecordError("index trailer count does not match its length", path=path,
+                                 offset=at)
+    if crc32c(entries) != crc:
+        # Find the first bad entry so the report names where the damage is.
+        IndexView.parse(entries, path=path)
+        raise CorruptRecordError("index trailer CRC mismatch", path=path, offset=at)
+    return entries, count, last_seq, data_end
+
+
+class IndexBuilder:
+    """Builds a segment's index and footer statistics as records are appended.
+
+    Holds the segment's view (the current, still open block has an entry whose GTID leaf
+    is ``None`` until the block closes), the encoded entries of closed blocks not yet
+    written out, and running per-segment statistics for the footer.
+    """
+
+    def __init__(self, interval: int) -> None:
+        self.interval = interval
+        self.view = IndexView.empty()
+        self.unwritten: list[bytes] = []
+        self.all_entries: list[bytes] = []
+        self.block_bytes = 0
+        self.block_key: tuple[int, bytes] | None = None
+        self.block_mixed = False
+        self.block_lo = 0
+        self.block_hi = 0
+        self.max_ts = 0
+        self.summary: dict[GtidKey, tuple[int, int]] = {}
+        self.has_other = False
+        self.count = 0
+
+    def add(self, seq: int, off: int, pos: PosTuple, ts: int, gtid: str, size: int) -> None:
+        view = self.view
+        if not view.seqs or self.block_bytes >= self.interval:
+            if view.seqs:
+                self._close_block()
+            view.seqs.append(seq)
+            view.offs.append(off)
+            view.poss.append(pos)
+            view.tss.append(ts)
+            view.mtb.append(self.max_ts)
+            view.leaves.append(None)
+            self.block_bytes = 0
+            self.block_key = None
+            self.block_mixed = False
+        self.block_bytes += size
+        self.count += 1
+        if ts > self.max_ts:
+            self.max_ts = ts
+        key = gtid_key(gtid)
+        if key is None:
+            self.has_other = True
+            self.block_mixed = True
+            return
+        kind, ident, num = key
+        k = (kind, ident)
+        cur = self.summary.get(k)
+        if cur is None:
+            self.summary[k] = (num, num)
+        elif num < cur[0] or num > cur[1]:
+            self.summary[k] = (min(cur[0], num), max(cur[1], num))
+        if self.block_key is None and not self.block_mixed:
+            self.block_key, self.block_lo, self.block_hi = k, num, num
+        elif self.block_key != k:
+            self.block_mixed = True
+        else:
+            if num < self.block_lo:
+                self.block_lo = num
+            if num > self.block_hi:
+                self.block_hi = num
+
+    def _close_block(self) -> None:
+        view = self.view
+        i = len(view.seqs) - 1
+        leaf: GtidSummary = None
+        if not self.block_mixed and self.block_key is not None:
+            leaf = {self.block_key: (self.block_lo, self.block_hi)}
+        view.leaves[i] = leaf
+        raw = encode_entry(view.seqs[i], view.offs[i], view.poss[i], view.tss[i], view.mtb[i],
+                           leaf)
+        self.unwritten.append(raw)
+        self.all_entries.append(raw)
+
+    def seal(self) -> bytes:
+        """Close the last block; return all entry bytes of the segment."""
+        if self.view.seqs:
+            self._close_block()
+        self.view.build_tree()
+        return b"".join(self.all_entries)
+
+    def take_unwritten(self) -> bytes:
+        out = b"".join(self.unwritten)
+        self.unwritten.clear()
+        return out
+
+    def footer_summary(self) -> GtidSummary:
+        return None if self.has_other else dict(self.summary)
+
+
+def summary_from_items(items: Iterable[tuple[int, bytes, int, int]],
+                       has_other: bool) -> GtidSummary:
+    if has_other:
+        return None
+    return {(k, i): (lo, hi) for k, i, lo, hi in items}

@@ -1,0 +1,178 @@
+"""Record framing of the change log: one committed transaction (or one chunk of one) per record.
+
+Every record is written as one frame. All integers are little-endian::
+
+    frame prefix (12 bytes, FRAME)
+      0   4  magic       b"HWR1"
+      4   4  crc32c      CRC32C (Castagnoli) of bytes 8 .. end of frame (body_len + body)
+      8   4  body_len    number of bytes that follow the prefix
+    body
+      fixed header (FIXED, 62 bytes)
+      0   8  seq             store-assigned sequence number, 1, 2, 3, ... over the whole log
+      8   8  change_id       Position.change_id
+     16   4  file_num        Position.file_num (binlog file number)
+     20   8  offset          Position.offset (binlog offset of the transaction's first event)
+     28   4  event_index     Position.event_index
+     32   8  ts_us           commit timestamp, microseconds since the Unix epoch (UTC)
+     40   8  schema_version  schema version in force for this transaction
+     48   1  flags           bit 0: first chunk, bit 1: last chunk (a whole transaction has both)
+     49   1  gtid_len        length of the GTID text (0: no GTID)
+     50   2  n_tables        number of (table, rows) entries
+     52   4  tables_len      bytes of the table list
+     56   4  chunk_no        0 for the first chunk of a transaction, then 1, 2, ...
+     60   2  reserved        zero
+      gtid        gtid_len bytes, ASCII: MySQL ``uuid:gno`` or MariaDB ``domain-server-seq``
+      tables      n_tables times: name_len (u16), name (UTF-8, ``db.table``), rows (u64)
+      payload     the rest of the body: the transaction's raw binlog events
+
+Why this shape: the CRC covers the length, so a torn or flipped length is caught by the CRC
+(or by the frame running past the end of the file) and never makes a reader trust garbage.
+A frame whose magic, length bound or CRC fails is *invalid*; a reader never returns it.
+``body_len`` is capped at :data:`MAX_BODY` so a corrupt length cannot make us allocate
+gigabytes. Chunks of one large transaction share its position and GTID; the writer keeps
+them together in one segment and makes them visible only when the last chunk is durable.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from crc32c import crc32c
+
+from headwater.errors import CorruptRecordError
+from headwater.position import Position
+
+__all__ = [
+    "FIRST_CHUNK",
+    "FIXED",
+    "FRAME",
+    "LAST_CHUNK",
+    "MAGIC",
+    "MAX_BODY",
+    "WHOLE",
+    "Record",
+    "decode_body",
+    "encode_parts",
+    "frame_crc",
+]
+
+MAGIC = 0x31525748  # b"HWR1" read as a little-endian u32
+MAGIC_BYTES = b"HWR1"
+FRAME = struct.Struct("<III")  # magic, crc32c, body_len
+LEN = struct.Struct("<I")
+FIXED = struct.Struct("<QQIQIQQBBHIIH")
+TABLE_NAME = struct.Struct("<H")
+TABLE_ROWS = struct.Struct("<Q")
+MAX_BODY = 256 * 1024 * 1024
+
+FIRST_CHUNK = 1
+LAST_CHUNK = 2
+WHOLE = FIRST_CHUNK | LAST_CHUNK
+
+
+@dataclass(slots=True)
+class Record:
+    """One stored record: a whole committed transaction, or one chunk of a large one.
+
+    ``seq`` is assigned by the store on append (leave it 0 when building a record to
+    append). ``tables`` lists ``(db.table, rows)`` for the tables the transaction touched.
+    """
+
+    position: Position
+    payload: bytes
+    ts_us: int = 0
+    gtid: str = ""
+    tables: tuple[tuple[str, int], ...] = ()
+    schema_version: int = 0
+    flags: int = WHOLE
+    chunk_no: int = 0
+    seq: int = field(default=0)
+
+    @property
+    def first_chunk(self) -> bool:
+        return bool(self.flags & FIRST_CHUNK)
+
+    @property
+    def last_chunk(self) -> bool:
+        """True for a whole transaction and for the final chunk of a chunked one."""
+        return bool(self.flags & LAST_CHUNK)
+
+
+def encode_parts(rec: Record, seq: int) -> tuple[bytes, bytes, int]:
+    """The frame prefix plus header bytes, and the frame's total length.
+
+    The payload is not copied: the caller writes ``head`` then ``rec.payload``. Raises
+    ``ValueError`` for a record that cannot be framed (over-long GTID or table list).
+    """
+    pos = rec.position
+    gtid = rec.gtid.encode("ascii")
+    if len(gtid) > 255:
+        raise ValueError(f"GTID longer than 255 bytes: {rec.gtid!r}")
+    if rec.tables:
+        tparts = []
+        for name, rows in rec.tables:
+            raw = name.encode("utf-8")
+            tparts.append(TABLE_NAME.pack(len(raw)))
+            tparts.append(raw)
+            tparts.append(TABLE_ROWS.pack(rows))
+        tables = b"".join(tparts)
+        if len(rec.tables) > 0xFFFF:
+            raise ValueError("more than 65535 tables in one record")
+    else:
+        tables = b""
+    fixed = FIXED.pack(
+        seq, pos.change_id, pos.file_num, pos.offset, pos.event_index, rec.ts_us,
+        rec.schema_version, rec.flags, len(gtid), len(rec.tables), len(tables), rec.chunk_no, 0,
+    )
+    body_len = FIXED.size + len(gtid) + len(tables) + len(rec.payload)
+    if body_len > MAX_BODY:
+        raise ValueError(f"record body of {body_len} bytes exceeds the {MAX_BODY} byte cap")
+    crc = crc32c(rec.payload, crc32c(tables, crc32c(gtid, crc32c(fixed, crc32c(
+        LEN.pack(body_len))))))
+    head = FRAME.pack(MAGIC, crc, body_len) + fixed + gtid + tables
+    return head, rec.payload, FRAME.size + body_len
+
+
+def frame_crc(body_len: int, body: bytes | memoryview) -> int:
+    """The CRC a frame with this body must carry."""
+    return crc32c(body, crc32c(LEN.pack(body_len)))
+
+
+def decode_body(body: bytes | memoryview, *, path: str | None = None,
+                offset: int | None = None) -> Record:
+    """Parse a CRC-checked body into a :class:`Record`.
+
+    The CRC already vouches for the bytes, so a failure here means a writer bug or a
+    colliding CRC; it is still reported as :class:`CorruptRecordError` with the location.
+    """
+    try:
+        (seq, change_id, file_num, boff, event_index, ts_us, schema_version, flags, glen,
+         n_tables, tlen, chunk_no, _reserved) = FIXED.unpack_from(body, 0)
+        p = FIXED.size
+        gtid = bytes(body[p:p + glen]).decode("ascii") if glen else ""
+        p += glen
+        tables: tuple[tuple[str, int], ...] = ()
+        if n_tables:
+            out = []
+            q = p
+            for _ in range(n_tables):
+                (nlen,) = TABLE_NAME.unpack_from(body, q)
+                name = bytes(body[q + 2:q + 2 + nlen]).decode("utf-8")
+                (rows,) = TABLE_ROWS.unpack_from(body, q + 2 + nlen)
+                out.append((name, rows))
+                q += 2 + nlen + 8
+            if q != p + tlen:
+                raise ValueError("table list length mismatch")
+            tables = tuple(out)
+        p += tlen
+        if p > len(body):
+            raise ValueError("header longer than body")
+        return Record(
+            position=Position(change_id, file_num, boff, event_index),
+            payload=bytes(body[p:]), ts_us=ts_us, gtid=gtid, tables=tables,
+            schema_version=schema_version, flags=flags, chunk_no=chunk_no, seq=seq,
+        )
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
+        raise CorruptRecordError(f"record header does not parse: {e}", path=path,
+                                 offset=offset) from None
