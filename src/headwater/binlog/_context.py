@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from headwater.binlog.codec import ColumnDef
 from headwater.binlog.constants import EventType
 from headwater.binlog.framing import FormatDescription
 from headwater.binlog.tablemap import TableMap
@@ -27,7 +27,7 @@ __all__ = ["DEFAULT_MAX_UNCOMPRESSED", "BinlogEvent", "ColumnsSupplier", "Decode
 DEFAULT_MAX_UNCOMPRESSED = 1 << 30
 
 #: Given a TABLE_MAP, the column definitions in force for it (schema history), or ``None``.
-ColumnsSupplier = Callable[[TableMap], Sequence[Any] | None]
+ColumnsSupplier = Callable[[TableMap], Sequence[ColumnDef] | None]
 
 # Post-header lengths of binlog v4 (MySQL 5.6+ Format_description_event, control_events.cpp)
 # used only before any FORMAT_DESCRIPTION has been seen.

@@ -38,9 +38,11 @@ from typing import Any
 from headwater.binlog._context import BinlogEvent, DecodeContext
 from headwater.binlog._cursor import Cursor
 from headwater.binlog.charsets import codec_for_collation
-from headwater.binlog.constants import LOG_EVENT_ARTIFICIAL_F, EventType
+from headwater.binlog.codec import decimal_size, row_decoder_for
+from headwater.binlog.constants import LOG_EVENT_ARTIFICIAL_F, ColumnType, EventType
 from headwater.binlog.framing import FormatDescription, RawEvent
-from headwater.errors import BinlogFormatError
+from headwater.binlog.tablemap import TableMap
+from headwater.errors import BinlogFormatError, TruncatedError
 
 __all__ = [
     "AnnotateRowsEvent",
@@ -181,8 +183,8 @@ class UserVarEvent(BinlogEvent):
 
     ``type`` is MySQL's Item_result (0 string, 1 real, 2 int, 4 decimal); ``value`` is
     ``None`` for NULL, ``str`` (``bytes`` for the binary charset), ``float``, ``int``
-    (signed unless ``flags`` has UNSIGNED), or for decimals a ``Decimal`` when it decodes,
-    else ``raw_value``. ``flags`` is ``None`` when the server did not write it (< 5.6).
+    (signed unless ``flags`` has UNSIGNED) or ``Decimal``; ``raw_value`` keeps the bytes.
+    ``flags`` is ``None`` when the server did not write it (< 5.6).
     """
 
     name: str
@@ -228,21 +230,23 @@ def _user_value(vtype: int, charset: int, data: bytes, flags: int | None) -> Any
     return _user_decimal(data)
 
 
-def _user_decimal(data: bytes) -> Decimal | bytes:
-    """precision u8, scale u8, then MySQL's binary decimal (``decimal2bin``); the bytes as
-    they are when the decimal codec is not available or they do not decode."""
-    try:
-        from headwater.binlog.codec import decode_decimal  # type: ignore[attr-defined]
-    except ImportError:
-        return data
+def _user_decimal(data: bytes) -> Decimal:
+    """precision u8, scale u8, then MySQL's binary decimal (``decimal2bin``), checked as
+    ``is_user_var_decimal_metadata_valid`` does (statement_events.cpp) and decoded by the
+    row codec as a NEWDECIMAL(precision, scale) column."""
     if len(data) < 2:
-        return data
+        raise BinlogFormatError(f"decimal value of {len(data)} bytes")
     precision, scale = data[0], data[1]
-    try:
-        value, _used = decode_decimal(data[2:], precision, scale)
-    except (BinlogFormatError, ValueError, IndexError, struct.error):
-        return data
-    return value  # type: ignore[no-any-return]
+    if not 0 < precision <= 65 or scale > 30 or scale > precision:
+        raise BinlogFormatError(f"invalid decimal precision/scale {precision}/{scale}")
+    if decimal_size(precision, scale) > len(data) - 2:
+        raise TruncatedError(f"decimal({precision},{scale}) value of {len(data) - 2} bytes")
+    column = TableMap(0, 0, "", "", (ColumnType.NEWDECIMAL,), (precision << 8 | scale,), (False,))
+    values, _end = row_decoder_for(column).decode_image(b"\0" + data[2:], 0)
+    value = values[0]
+    if not isinstance(value, Decimal):
+        raise BinlogFormatError(f"decimal value decoded as {type(value).__name__}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

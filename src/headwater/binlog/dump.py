@@ -53,6 +53,7 @@ from headwater.binlog.events import (
     Event,
     FormatDescriptionEvent,
     QueryEvent,
+    RowsEvent,
     TransactionPayloadEvent,
     UnknownEvent,
     iter_events,
@@ -68,8 +69,6 @@ __all__ = [
     "render_json",
     "render_text",
 ]
-
-_OPS = {"WRITE": "insert", "UPDATE": "update", "DELETE": "delete", "PARTIAL": "update"}
 
 
 def format_time(value: timedelta) -> str:
@@ -205,18 +204,20 @@ def event_records(
     yield {**head, "data": _event_data(event)}
 
 
-def _row_records(head: dict[str, Any], event: Any) -> Iterator[dict[str, Any]]:
-    op = _OPS[str(head["type"]).split("_", 1)[0]]
+def _row_records(head: dict[str, Any], event: Event) -> Iterator[dict[str, Any]]:
+    if not isinstance(event, RowsEvent):  # a rows type code always parses to RowsEvent
+        raise TypeError(f"{head['type']} decoded as {type(event).__name__}")
     table_map = event.table_map
-    for before, after in event.as_dicts():
-        yield {
-            **head,
-            "db": table_map.schema,
-            "table": table_map.table,
-            "op": op,
-            "before": before,
-            "after": after,
-        }
+    where = {"db": table_map.schema, "table": table_map.table, "op": event.kind}
+    rows: list[Any] = event.as_dicts()
+    for row in rows:
+        if event.kind == "update":
+            before, after = row
+        elif event.kind == "insert":
+            before, after = None, row
+        else:
+            before, after = row, None
+        yield {**head, **where, "before": before, "after": after}
 
 
 def dump_files(

@@ -27,7 +27,7 @@ import os
 import struct
 import zlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 import zstandard
 
@@ -86,11 +86,9 @@ from headwater.binlog._payload import (
 from headwater.binlog._query import QueryEvent, QueryStatus, parse_query
 from headwater.binlog.constants import EventType
 from headwater.binlog.framing import RawEvent, iter_buffer_events, iter_file_events
+from headwater.binlog.rows import RowsEvent, parse_rows_event, rows_event_table_id
 from headwater.binlog.tablemap import TableMap, parse_table_map
 from headwater.errors import BinlogFormatError, TruncatedError
-
-if TYPE_CHECKING:
-    from headwater.binlog.rows import RowsEvent
 
 __all__ = [
     "DEFAULT_MAX_UNCOMPRESSED",
@@ -113,6 +111,7 @@ __all__ = [
     "QueryStatus",
     "RandEvent",
     "RotateEvent",
+    "RowsEvent",
     "RowsQueryEvent",
     "StopEvent",
     "TableMap",
@@ -129,8 +128,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: What :func:`parse_event` returns.
-Event: TypeAlias = "BinlogEvent | TableMap | RowsEvent"
-_Parser = Callable[[RawEvent, DecodeContext], "Event"]
+Event: TypeAlias = BinlogEvent | TableMap | RowsEvent
+_Parser = Callable[[RawEvent, DecodeContext], Event]
 
 _E = EventType
 #: Rows event type codes, all decoded by :mod:`headwater.binlog.rows`.
@@ -151,7 +150,6 @@ ROWS_EVENT_TYPES = frozenset(
         _E.DELETE_ROWS_COMPRESSED,
     }
 )
-_STMT_END_F = 1  # rows event flag: last rows event of its statement (rows_event.h)
 
 
 def _parse_table_map(raw: RawEvent, ctx: DecodeContext) -> TableMap:
@@ -161,8 +159,6 @@ def _parse_table_map(raw: RawEvent, ctx: DecodeContext) -> TableMap:
 
 
 def _parse_rows(raw: RawEvent, ctx: DecodeContext) -> RowsEvent:
-    from headwater.binlog.rows import parse_rows_event, rows_event_table_id
-
     size = ctx.table_id_size
     body = raw.body
     table_id = rows_event_table_id(body, table_id_size=size)
@@ -176,7 +172,7 @@ def _parse_rows(raw: RawEvent, ctx: DecodeContext) -> RowsEvent:
     event = parse_rows_event(
         raw.type_code, body, table_map=table_map, table_id_size=size, columns=columns
     )
-    if len(body) >= size + 2 and struct.unpack_from("<H", body, size)[0] & _STMT_END_F:
+    if event.is_statement_end:
         ctx.table_maps.clear()
     return event
 
