@@ -56,7 +56,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
+from decimal import Context, Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -164,30 +164,25 @@ def _decimal_spec(meta: int) -> _Fixed:
                 i += 1
         sign = 1 << (8 * groups[0][0] - 1)
 
-        def text(negative: bool) -> str:
-            vals = []
-            for n, ((size, _, _), e) in enumerate(zip(groups, exprs, strict=True)):
-                mask = (1 << (8 * size)) - 1
-                x = mask if negative else 0
+        def value(negative: bool) -> str:
+            # The unscaled integer: groups folded most significant first, each shifted by
+            # its own digit count; then one exact scaleb (the context has 65 digits).
+            unscaled = ""
+            for n, ((size, digits, _), e) in enumerate(zip(groups, exprs, strict=True)):
+                x = (1 << (8 * size)) - 1 if negative else 0
                 if n == 0:
                     x ^= sign
-                vals.append(f"({e} ^ {x})" if x else e)
-            ints = [v for v, g in zip(vals, groups, strict=True) if not g[2]]
-            fracs = [(v, g[1]) for v, g in zip(vals, groups, strict=True) if g[2]]
-            ip = "0"
-            for v in ints:
-                ip = v if ip == "0" else f"({ip}) * 1000000000 + {v}"
-            pattern = ("-" if negative else "") + "%d"
-            if fracs:
-                pattern += "." + "".join(f"%0{d}d" for _, d in fracs)
-            args = ", ".join([ip] + [v for v, _ in fracs])
-            return f"_D({pattern!r} % ({args},))"
+                g = f"({e} ^ {x})" if x else e
+                unscaled = g if not unscaled else f"({unscaled}) * {10**digits} + {g}"
+            if negative:
+                unscaled = f"-({unscaled})"
+            return f"_D({unscaled})" if not scale else f"_scaleb(_D({unscaled}), {-scale})"
 
         return [
             f"if {exprs[0]} & {sign}:",
-            f"    {target} = {text(False)}",
+            f"    {target} = {value(False)}",
             "else:",
-            f"    {target} = {text(True)}",
+            f"    {target} = {value(True)}",
         ]
 
     return _Fixed(">", fmt, decimal_size(precision, scale), len(fmt), conv)
@@ -481,6 +476,8 @@ def _json_diffs(data: bytes) -> PartialJson:
 
 _ENV_BASE: dict[str, object] = {
     "_D": Decimal,
+    # DECIMAL has at most 65 digits: scaleb in a 65-digit context never rounds.
+    "_scaleb": Context(prec=65).scaleb,
     "_dt": datetime,
     "_fts": datetime.fromtimestamp,
     "_UTC": tm.UTC,
