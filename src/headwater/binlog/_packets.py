@@ -51,7 +51,9 @@ that opens every dump and follows every switch of file (it names the file and th
 position the stream continues from), MariaDB's GTID_LIST at the start of a GTID dump, the
 FORMAT_DESCRIPTION re-sent when the dump starts after offset 4 (MariaDB sql/sql_repl.cc
 send_format_descriptor_event, fake_rotate_event; MySQL sql/rpl_binlog_sender.cc). For
-those, start and next are the same place: the position where the stream goes on. HEARTBEAT
+those, start and next are the same place: the position where the stream goes on, which is
+their ``log_pos`` when that is not 0 (MariaDB's artificial GTID_LIST of a GTID dump points
+past the transactions the dump skipped). HEARTBEAT
 events (type 27, MySQL 8.0.26+ also HEARTBEAT_V2 41) are not binlog events at all: the
 server sends them while idle, with the current file name as body and position in
 ``log_pos``; they are counted, optionally yielded, and never move the position.
@@ -252,6 +254,10 @@ def _default_error(packet: ServerErrorPacket) -> Exception:
     return SourceError(f"server error {packet.errno} ({packet.sqlstate}): {packet.message}")
 
 
+def _default_close(message: str) -> Exception:
+    return ConnectionLostError(message)
+
+
 class EventFramer:
     """Frames the packets of one dump answer into :class:`ClientEvent` values.
 
@@ -259,6 +265,8 @@ class EventFramer:
     ``TimeoutError`` or ``OSError`` means it is lost). ``file``/``position`` is where the
     dump was asked to start (the fake ROTATE corrects it); ``checksum_alg`` the algorithm
     the replica declared. ``verify=False`` skips CRC checks (checksums are still stripped).
+    ``on_error`` makes the exception for an error packet, ``on_close`` the one for a
+    connection the server closed (default :class:`ConnectionLostError`).
     """
 
     def __init__(
@@ -273,6 +281,7 @@ class EventFramer:
         source: str = "<stream>",
         include_heartbeats: bool = False,
         on_error: ErrorMapper = _default_error,
+        on_close: Callable[[str], Exception] = _default_close,
     ) -> None:
         if buffer_size < _MIN_RECV:
             raise ValueError(f"buffer_size must be at least {_MIN_RECV}")
@@ -285,6 +294,7 @@ class EventFramer:
         self.source = source
         self.include_heartbeats = include_heartbeats
         self.on_error = on_error
+        self.on_close = on_close
         self.format_description: FormatDescription | None = None
         self.heartbeats = 0
         self.last_heartbeat: BinlogCoordinate | None = None
@@ -425,6 +435,10 @@ class EventFramer:
                         item = ClientEvent(file, offset, new_file, new_pos, raw)
                         file, pos = new_file, new_pos
                 elif offset is None:
+                    if artificial and log_pos:
+                        # MariaDB's GTID_LIST at the start of a GTID dump says where the
+                        # stream resumes after the skipped transactions (sql/sql_repl.cc).
+                        pos = log_pos
                     item = ClientEvent(file, pos, file, pos, raw)
                 else:
                     pos = log_pos
@@ -458,7 +472,7 @@ class EventFramer:
                 raise ConnectionLostError(f"{source}: connection lost: {e}") from None
             if got == 0:
                 self._save(file, pos, alg)
-                raise ConnectionLostError(f"{source}: the server closed the connection")
+                raise self.on_close(f"{source}: the server closed the connection")
             end += got
             self.bytes_received += got
 
