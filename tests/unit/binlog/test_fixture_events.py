@@ -101,7 +101,7 @@ def packed(n: int) -> bytes:
     return b"\xfe" + struct.pack("<Q", n)
 
 
-def reencode(raw: RawEvent, event: Event) -> bytes | None:  # noqa: PLR0911 - one per type
+def reencode(raw: RawEvent, event: Event) -> bytes | None:
     """The body a server would write for ``event`` (None for types not re-encoded here)."""
     if isinstance(event, RotateEvent):
         return struct.pack("<Q", event.position) + event.next_file.encode()
