@@ -44,8 +44,8 @@ class StoreOptions:
     roll_interval_s: float | None = 3600.0
     durability: Durability = Durability.GROUP
     group_commit_ms: float = 5.0
-    group_commit_bytes: int = 1 * MIB
-    max_pending_bytes: int = 16 * MIB
+    group_commit_bytes: int = 4 * MIB
+    max_pending_bytes: int = 32 * MIB
     memory_tail_bytes: int = 32 * MIB
     index_interval_bytes: int = 16 * KIB
     retention_age_s: float | None = 7 * 24 * 3600.0

@@ -109,29 +109,40 @@ def encode_parts(rec: Record, seq: int) -> tuple[bytes, bytes, int]:
     gtid = rec.gtid.encode("ascii")
     if len(gtid) > 255:
         raise ValueError(f"GTID longer than 255 bytes: {rec.gtid!r}")
-    if rec.tables:
-        tparts = []
-        for name, rows in rec.tables:
-            raw = name.encode("utf-8")
-            tparts.append(TABLE_NAME.pack(len(raw)))
-            tparts.append(raw)
-            tparts.append(TABLE_ROWS.pack(rows))
-        tables = b"".join(tparts)
-        if len(rec.tables) > 0xFFFF:
-            raise ValueError("more than 65535 tables in one record")
-    else:
-        tables = b""
+    tables = _encode_tables(rec.tables) if rec.tables else b""
     fixed = FIXED.pack(
         seq, pos.change_id, pos.file_num, pos.offset, pos.event_index, rec.ts_us,
         rec.schema_version, rec.flags, len(gtid), len(rec.tables), len(tables), rec.chunk_no, 0,
     )
-    body_len = FIXED.size + len(gtid) + len(tables) + len(rec.payload)
+    hdr = fixed + gtid + tables
+    body_len = len(hdr) + len(rec.payload)
     if body_len > MAX_BODY:
         raise ValueError(f"record body of {body_len} bytes exceeds the {MAX_BODY} byte cap")
-    crc = crc32c(rec.payload, crc32c(tables, crc32c(gtid, crc32c(fixed, crc32c(
-        LEN.pack(body_len))))))
-    head = FRAME.pack(MAGIC, crc, body_len) + fixed + gtid + tables
-    return head, rec.payload, FRAME.size + body_len
+    crc = crc32c(rec.payload, crc32c(hdr, crc32c(LEN.pack(body_len))))
+    return FRAME.pack(MAGIC, crc, body_len) + hdr, rec.payload, FRAME.size + body_len
+
+
+_TABLES_CACHE: dict[tuple[tuple[str, int], ...], bytes] = {}
+
+
+def _encode_tables(tables: tuple[tuple[str, int], ...]) -> bytes:
+    """The table list's bytes; the same few lists recur, so they are cached (bounded)."""
+    cached = _TABLES_CACHE.get(tables)
+    if cached is not None:
+        return cached
+    if len(tables) > 0xFFFF:
+        raise ValueError("more than 65535 tables in one record")
+    parts = []
+    for name, rows in tables:
+        raw = name.encode("utf-8")
+        if len(raw) > 0xFFFF:
+            raise ValueError(f"table name longer than 65535 bytes: {name[:40]!r}...")
+        parts.append(TABLE_NAME.pack(len(raw)) + raw + TABLE_ROWS.pack(rows))
+    out = b"".join(parts)
+    if len(_TABLES_CACHE) >= 4096:
+        _TABLES_CACHE.clear()
+    _TABLES_CACHE[tables] = out
+    return out
 
 
 def frame_crc(body_len: int, body: bytes | memoryview) -> int:
