@@ -40,12 +40,21 @@ from headwater.position import MariadbGtid, MysqlGtid, MysqlGtidSet
 SID = uuid.UUID("3e11fa47-71ca-11e1-9e33-c80aa9429562")
 
 
-def raw_event(type_code: int, body: bytes, *, offset: int = 1000, log_pos: int = 2000,
-              timestamp: int = 1700000000, server_id: int = 7, flags: int = 0) -> RawEvent:
+def raw_event(
+    type_code: int,
+    body: bytes,
+    *,
+    offset: int = 1000,
+    log_pos: int = 2000,
+    timestamp: int = 1700000000,
+    server_id: int = 7,
+    flags: int = 0,
+) -> RawEvent:
     size = 19 + len(body)
     header = struct.pack("<IBIIIH", timestamp, type_code, server_id, size, log_pos, flags)
-    return RawEvent(offset, timestamp, type_code, server_id, log_pos, flags,
-                    memoryview(header + body))
+    return RawEvent(
+        offset, timestamp, type_code, server_id, log_pos, flags, memoryview(header + body)
+    )
 
 
 def parse(type_code: int, body: bytes, **kw: int) -> object:
@@ -62,8 +71,15 @@ def packed(n: int) -> bytes:
     return b"\xfe" + struct.pack("<Q", n)
 
 
-def query_body(query: bytes, *, db: bytes = b"test", status: bytes = b"",
-               thread_id: int = 42, exec_time: int = 3, error_code: int = 0) -> bytes:
+def query_body(
+    query: bytes,
+    *,
+    db: bytes = b"test",
+    status: bytes = b"",
+    thread_id: int = 42,
+    exec_time: int = 3,
+    error_code: int = 0,
+) -> bytes:
     head = struct.pack("<IIBHH", thread_id, exec_time, len(db), error_code, len(status))
     return head + status + db + b"\0" + query
 
@@ -83,22 +99,33 @@ def test_query_fields_without_status_vars() -> None:
 
 def test_query_every_mysql_status_var() -> None:
     status = (
-        b"\x00" + struct.pack("<I", 0x4000)  # FLAGS2
-        + b"\x01" + struct.pack("<Q", 1168113696)  # SQL_MODE
-        + b"\x03" + struct.pack("<HH", 2, 1)  # AUTO_INCREMENT
-        + b"\x04" + struct.pack("<HHH", 255, 255, 8)  # CHARSET
+        b"\x00"
+        + struct.pack("<I", 0x4000)  # FLAGS2
+        + b"\x01"
+        + struct.pack("<Q", 1168113696)  # SQL_MODE
+        + b"\x03"
+        + struct.pack("<HH", 2, 1)  # AUTO_INCREMENT
+        + b"\x04"
+        + struct.pack("<HHH", 255, 255, 8)  # CHARSET
         + b"\x05\x06+02:00"  # TIME_ZONE
         + b"\x06\x03std"  # CATALOG_NZ
-        + b"\x07" + struct.pack("<H", 3)  # LC_TIME_NAMES
-        + b"\x08" + struct.pack("<H", 33)  # CHARSET_DATABASE
-        + b"\x09" + struct.pack("<Q", 5)  # TABLE_MAP_FOR_UPDATE
-        + b"\x0a" + struct.pack("<I", 99)  # MASTER_DATA_WRITTEN
+        + b"\x07"
+        + struct.pack("<H", 3)  # LC_TIME_NAMES
+        + b"\x08"
+        + struct.pack("<H", 33)  # CHARSET_DATABASE
+        + b"\x09"
+        + struct.pack("<Q", 5)  # TABLE_MAP_FOR_UPDATE
+        + b"\x0a"
+        + struct.pack("<I", 99)  # MASTER_DATA_WRITTEN
         + b"\x0b\x04root\x09localhost"  # INVOKER
         + b"\x0c\x02db1\0db2\0"  # UPDATED_DB_NAMES
-        + b"\x0d" + (123456).to_bytes(3, "little")  # MICROSECONDS
+        + b"\x0d"
+        + (123456).to_bytes(3, "little")  # MICROSECONDS
         + b"\x10\x01"  # EXPLICIT_DEFAULTS_FOR_TIMESTAMP
-        + b"\x11" + struct.pack("<Q", 77)  # DDL_LOGGED_WITH_XID
-        + b"\x12" + struct.pack("<H", 255)  # DEFAULT_COLLATION_FOR_UTF8MB4
+        + b"\x11"
+        + struct.pack("<Q", 77)  # DDL_LOGGED_WITH_XID
+        + b"\x12"
+        + struct.pack("<H", 255)  # DEFAULT_COLLATION_FOR_UTF8MB4
         + b"\x13\x01"  # SQL_REQUIRE_PRIMARY_KEY
         + b"\x14\x00"  # DEFAULT_TABLE_ENCRYPTION
     )
@@ -129,10 +156,14 @@ def test_query_every_mysql_status_var() -> None:
 
 def test_query_mariadb_status_vars() -> None:
     status = (
-        b"\x80" + (999).to_bytes(3, "little")  # HRNOW
-        + b"\x81" + struct.pack("<Q", 31337)  # XID
-        + b"\x82\x04" + struct.pack("<Q", 12)  # GTID_FLAGS3 with COMMIT_ALTER -> sa_seq_no
-        + b"\x83\x02" + struct.pack("<HHHH", 33, 83, 45, 46)  # CHARACTER_SET_COLLATIONS
+        b"\x80"
+        + (999).to_bytes(3, "little")  # HRNOW
+        + b"\x81"
+        + struct.pack("<Q", 31337)  # XID
+        + b"\x82\x04"
+        + struct.pack("<Q", 12)  # GTID_FLAGS3 with COMMIT_ALTER -> sa_seq_no
+        + b"\x83\x02"
+        + struct.pack("<HHHH", 33, 83, 45, 46)  # CHARACTER_SET_COLLATIONS
     )
     ev = parse(EventType.QUERY, query_body(b"ALTER TABLE t ADD b INT", status=status))
     assert isinstance(ev, QueryEvent)
@@ -227,8 +258,13 @@ def test_rotate() -> None:
     [(0, 1700000000, 0), (120, 0, 0), (120, 1700000000, LOG_EVENT_ARTIFICIAL_F)],
 )
 def test_rotate_artificial(log_pos: int, timestamp: int, flags: int) -> None:
-    ev = parse(EventType.ROTATE, struct.pack("<Q", 120) + b"binlog.000009", log_pos=log_pos,
-               timestamp=timestamp, flags=flags)
+    ev = parse(
+        EventType.ROTATE,
+        struct.pack("<Q", 120) + b"binlog.000009",
+        log_pos=log_pos,
+        timestamp=timestamp,
+        flags=flags,
+    )
     assert ev == RotateEvent(120, "binlog.000009", is_artificial=True)
 
 
@@ -258,21 +294,31 @@ def user_var(name: bytes, tail: bytes) -> bytes:
 def test_user_var_values() -> None:
     null = parse(EventType.USER_VAR, user_var(b"a", b"\x01"))
     assert isinstance(null, UserVarEvent) and null.is_null and null.value is None
-    text = parse(EventType.USER_VAR,
-                 user_var(b"s", b"\x00\x00" + struct.pack("<II", 33, 3) + b"abc\x00"))
+    text = parse(
+        EventType.USER_VAR, user_var(b"s", b"\x00\x00" + struct.pack("<II", 33, 3) + b"abc\x00")
+    )
     assert isinstance(text, UserVarEvent)
     assert (text.name, text.value, text.flags) == ("s", "abc", 0)
-    real = parse(EventType.USER_VAR,
-                 user_var(b"r", b"\x00\x01" + struct.pack("<II", 63, 8) + struct.pack("<d", 2.5)))
+    real = parse(
+        EventType.USER_VAR,
+        user_var(b"r", b"\x00\x01" + struct.pack("<II", 63, 8) + struct.pack("<d", 2.5)),
+    )
     assert isinstance(real, UserVarEvent) and real.value == 2.5 and real.flags is None
-    signed = parse(EventType.USER_VAR, user_var(
-        b"i", b"\x00\x02" + struct.pack("<II", 63, 8) + struct.pack("<q", -5) + b"\x00"))
+    signed = parse(
+        EventType.USER_VAR,
+        user_var(b"i", b"\x00\x02" + struct.pack("<II", 63, 8) + struct.pack("<q", -5) + b"\x00"),
+    )
     assert isinstance(signed, UserVarEvent) and signed.value == -5
-    unsigned = parse(EventType.USER_VAR, user_var(
-        b"u", b"\x00\x02" + struct.pack("<II", 63, 8) + struct.pack("<Q", 2**64 - 1) + b"\x01"))
+    unsigned = parse(
+        EventType.USER_VAR,
+        user_var(
+            b"u", b"\x00\x02" + struct.pack("<II", 63, 8) + struct.pack("<Q", 2**64 - 1) + b"\x01"
+        ),
+    )
     assert isinstance(unsigned, UserVarEvent) and unsigned.value == 2**64 - 1
-    binary = parse(EventType.USER_VAR,
-                   user_var(b"b", b"\x00\x00" + struct.pack("<II", 63, 2) + b"\xff\x00"))
+    binary = parse(
+        EventType.USER_VAR, user_var(b"b", b"\x00\x00" + struct.pack("<II", 63, 2) + b"\xff\x00")
+    )
     assert isinstance(binary, UserVarEvent) and binary.value == b"\xff\x00"
 
 
@@ -284,8 +330,10 @@ def test_user_var_decimal() -> None:
     assert ev.raw_value == raw
     assert ev.value == Decimal("123.45")
     with pytest.raises(BinlogFormatError, match="precision/scale 5/6"):
-        parse(EventType.USER_VAR,
-              user_var(b"d", b"\x00\x04" + struct.pack("<II", 63, 5) + bytes([5, 6, 0, 0, 0])))
+        parse(
+            EventType.USER_VAR,
+            user_var(b"d", b"\x00\x04" + struct.pack("<II", 63, 5) + bytes([5, 6, 0, 0, 0])),
+        )
 
 
 def test_user_var_unknown_type_is_an_error() -> None:
@@ -296,7 +344,8 @@ def test_user_var_unknown_type_is_an_error() -> None:
 def test_incident_heartbeats_rows_query() -> None:
     assert parse(EventType.INCIDENT, b"\x01\x00\x0bLOST_EVENTS") == IncidentEvent(1, "LOST_EVENTS")
     assert parse(EventType.HEARTBEAT, b"binlog.000003", log_pos=4567) == HeartbeatEvent(
-        "binlog.000003", 4567)
+        "binlog.000003", 4567
+    )
     v2 = b"\x01" + packed(13) + b"binlog.000003" + b"\x02\x03" + packed(70000) + b"\x00"
     assert parse(EventType.HEARTBEAT_V2, v2) == HeartbeatEvent("binlog.000003", 70000)
     assert parse(EventType.ROWS_QUERY, b"\x05" + b"x" * 300) == RowsQueryEvent("x" * 300)
@@ -330,10 +379,13 @@ def test_gtid_mysql_56_has_no_logical_clock() -> None:
 def test_gtid_mysql_80_with_original_timestamp_and_versions() -> None:
     immediate, original = 1714534357425326, 1714534357000000
     tail = (
-        b"\x02" + struct.pack("<QQ", 5, 6)
-        + (immediate | 1 << 55).to_bytes(7, "little") + original.to_bytes(7, "little")
+        b"\x02"
+        + struct.pack("<QQ", 5, 6)
+        + (immediate | 1 << 55).to_bytes(7, "little")
+        + original.to_bytes(7, "little")
         + packed(300)
-        + struct.pack("<I", 80036 | 1 << 31) + struct.pack("<I", 80035)
+        + struct.pack("<I", 80036 | 1 << 31)
+        + struct.pack("<I", 80035)
     )
     ev = parse(EventType.GTID, gtid_body(9, tail))
     assert ev == GtidEvent(1, SID, 9, 2, 5, 6, immediate, original, 300, 80036, 80035, None)
@@ -372,26 +424,34 @@ def test_previous_gtids() -> None:
 
 
 def test_mariadb_gtid_plain_and_with_commit_id_and_xa() -> None:
-    plain = parse(EventType.MARIADB_GTID, struct.pack("<QIB", 12, 0, 0x0C) + bytes(6),
-                  server_id=3)
+    plain = parse(EventType.MARIADB_GTID, struct.pack("<QIB", 12, 0, 0x0C) + bytes(6), server_id=3)
     assert plain == MariadbGtidEvent(12, 0, 3, 0x0C, flags_extra=0)
     assert isinstance(plain, MariadbGtidEvent) and plain.gtid == MariadbGtid(0, 3, 12)
     assert not plain.is_standalone
-    grouped = parse(EventType.MARIADB_GTID,
-                    struct.pack("<QIBQ", 13, 1, 0x03, 99) + b"\x00\x00", server_id=3)
+    grouped = parse(
+        EventType.MARIADB_GTID, struct.pack("<QIBQ", 13, 1, 0x03, 99) + b"\x00\x00", server_id=3
+    )
     assert isinstance(grouped, MariadbGtidEvent)
     assert grouped.commit_id == 99 and grouped.is_standalone
-    xa = parse(EventType.MARIADB_GTID,
-               struct.pack("<QIB", 14, 0, 0x40) + struct.pack("<IBB", 1, 2, 1) + b"abc"
-               + b"\x05\x02" + struct.pack("<Q", 8))
+    xa = parse(
+        EventType.MARIADB_GTID,
+        struct.pack("<QIB", 14, 0, 0x40)
+        + struct.pack("<IBB", 1, 2, 1)
+        + b"abc"
+        + b"\x05\x02"
+        + struct.pack("<Q", 8),
+    )
     assert isinstance(xa, MariadbGtidEvent)
     assert xa.xid == (1, b"ab", b"c")
     assert (xa.flags_extra, xa.extra_engines, xa.sa_seq_no) == (5, 2, 8)
 
 
 def test_mariadb_gtid_list() -> None:
-    body = struct.pack("<I", 2 | 1 << 28) + struct.pack("<IIQ", 0, 1, 100) + struct.pack(
-        "<IIQ", 5, 2, 7)
+    body = (
+        struct.pack("<I", 2 | 1 << 28)
+        + struct.pack("<IIQ", 0, 1, 100)
+        + struct.pack("<IIQ", 5, 2, 7)
+    )
     ev = parse(EventType.MARIADB_GTID_LIST, body)
     assert ev == MariadbGtidListEvent((MariadbGtid(0, 1, 100), MariadbGtid(5, 2, 7)), 1)
     with pytest.raises(TruncatedError, match="3 GTIDs"):
@@ -415,10 +475,12 @@ def payload_body(payload: bytes, compression: int, uncompressed: int | None) -> 
 
 def test_transaction_payload_zstd_and_inner_events() -> None:
     inner = inner_event(EventType.QUERY, query_body(b"BEGIN"), 0) + inner_event(
-        EventType.XID, struct.pack("<Q", 55), 0)
+        EventType.XID, struct.pack("<Q", 55), 0
+    )
     compressed = zstandard.ZstdCompressor().compress(inner)
-    outer = raw_event(EventType.TRANSACTION_PAYLOAD, payload_body(compressed, 0, len(inner)),
-                      offset=274)
+    outer = raw_event(
+        EventType.TRANSACTION_PAYLOAD, payload_body(compressed, 0, len(inner)), offset=274
+    )
     ctx = DecodeContext()
     ev = parse_event(outer, ctx)
     assert isinstance(ev, TransactionPayloadEvent)
@@ -440,8 +502,9 @@ def test_transaction_payload_uncompressed() -> None:
 def test_transaction_payload_over_the_cap_is_refused() -> None:
     big = bytes(1 << 16)
     compressed = zstandard.ZstdCompressor().compress(big)
-    outer = raw_event(EventType.TRANSACTION_PAYLOAD, payload_body(compressed, 0, len(big)),
-                      offset=9)
+    outer = raw_event(
+        EventType.TRANSACTION_PAYLOAD, payload_body(compressed, 0, len(big)), offset=9
+    )
     ev = parse_event(outer, DecodeContext())
     assert isinstance(ev, TransactionPayloadEvent)
     with pytest.raises(BinlogFormatError, match="exceeds the limit") as info:
@@ -480,12 +543,22 @@ def test_dispatch_turns_helper_errors_into_typed_errors() -> None:
     with pytest.raises(TruncatedError) as info:
         parse(EventType.TABLE_MAP, b"\x01\x00\x00", offset=77)
     assert (info.value.source, info.value.offset, info.value.event_type) == (
-        "built", 77, "TABLE_MAP")
+        "built",
+        77,
+        "TABLE_MAP",
+    )
 
 
 def test_table_map_is_remembered_by_id() -> None:
-    body = (struct.pack("<Q", 42)[:6] + b"\x01\x00" + b"\x02db\x00" + b"\x01t\x00"
-            + b"\x01\x03" + b"\x00" + b"\x00")
+    body = (
+        struct.pack("<Q", 42)[:6]
+        + b"\x01\x00"
+        + b"\x02db\x00"
+        + b"\x01t\x00"
+        + b"\x01\x03"
+        + b"\x00"
+        + b"\x00"
+    )
     ctx = DecodeContext()
     tm = parse_event(raw_event(EventType.TABLE_MAP, body), ctx)
     assert ctx.table_maps[42] is tm
