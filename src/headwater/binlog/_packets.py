@@ -266,7 +266,9 @@ class EventFramer:
     dump was asked to start (the fake ROTATE corrects it); ``checksum_alg`` the algorithm
     the replica declared. ``verify=False`` skips CRC checks (checksums are still stripped).
     ``on_error`` makes the exception for an error packet, ``on_close`` the one for a
-    connection the server closed (default :class:`ConnectionLostError`).
+    connection the server closed (default :class:`ConnectionLostError`). ``blocking``
+    says the dump was asked to wait for new events: an EOF packet then means the server
+    ended it (``on_close``) rather than the end of the log.
     """
 
     def __init__(
@@ -280,6 +282,7 @@ class EventFramer:
         buffer_size: int = 8 * 1024 * 1024,
         source: str = "<stream>",
         include_heartbeats: bool = False,
+        blocking: bool = False,
         on_error: ErrorMapper = _default_error,
         on_close: Callable[[str], Exception] = _default_close,
     ) -> None:
@@ -293,6 +296,7 @@ class EventFramer:
         self.buffer_size = buffer_size
         self.source = source
         self.include_heartbeats = include_heartbeats
+        self.blocking = blocking
         self.on_error = on_error
         self.on_close = on_close
         self.format_description: FormatDescription | None = None
@@ -319,6 +323,7 @@ class EventFramer:
         file = self.file
         pos = self.position
         include_heartbeats = self.include_heartbeats
+        blocking = self.blocking
         pending: bytearray | None = None  # event bytes of a multi-packet event so far
         while True:
             # Frame every complete packet in buf[start:end].
@@ -359,6 +364,10 @@ class EventFramer:
                     if marker != 0:
                         if marker == 0xFE and length < 9:
                             self._save(file, pos, alg)
+                            if blocking:
+                                # A blocking dump never ends by itself: the server ended
+                                # it (MariaDB does so when it shuts down).
+                                raise self.on_close(f"{source}: the server ended the dump")
                             self.finished = True
                             return
                         if marker == 0xFF:

@@ -272,6 +272,7 @@ class BinlogClient:
             verify=o.verify_checksums,
             buffer_size=o.buffer_size,
             source=o.address,
+            blocking=o.blocking,
             on_error=self._dump_error,
             on_close=self._closed_by_server,
         )
@@ -387,6 +388,11 @@ class BinlogClient:
                     f"{o.address} refused user {o.user!r} ({text}): check the user name and "
                     f"the password (ClientOptions.password, ${PASSWORD_ENV} or a password "
                     "file)"
+                ) from None
+            if isinstance(getattr(e, "original_exception", None), ssl.SSLError):
+                raise SourceError(
+                    f"TLS to {o.address} failed ({text}): check TlsOptions (the CA that "
+                    "signed the server certificate, verify_identity against the host name)"
                 ) from None
             if code in _LOST:
                 raise ConnectionLostError(f"cannot connect to {o.address}: {text}") from None
