@@ -278,11 +278,11 @@ def _prefixed(nbytes: int, wrap: str | None) -> _Var:
     def code(target: str) -> list[str]:
         data = f"buf[p + {nbytes}:p + {nbytes} + _n]"
         value = wrap.format(data) if wrap else data
-        return [
-            f"_n = {_length_read(nbytes)}",
-            f"{target} = {value}",
-            f"p += {nbytes} + _n",
-        ]
+        lines = [f"_n = {_length_read(nbytes)}"]
+        if wrap and not wrap.startswith("{}"):
+            # A parser (JSON, VECTOR) must not see a silently shortened slice.
+            lines.append(f"if p + {nbytes} + _n > end: raise _Trunc('value runs past the end')")
+        return [*lines, f"{target} = {value}", f"p += {nbytes} + _n"]
 
     return _Var(code)
 
@@ -628,7 +628,7 @@ class RowDecoder:
         fn = self._image.get((present, partial))
         if fn is None:
             gen = _Gen(self.plan)
-            lines = ["def image(buf, p):"]
+            lines = ["def image(buf, p, end):"]
             lines += _indent(gen.image(present, "v", partial))
             lines.append(f"    return {_values('v', len(present))}, p")
             fn = self._image[(present, partial)] = gen.compile("image", lines)
@@ -692,7 +692,7 @@ class RowDecoder:
         cols = tuple(range(len(self.plan))) if present is None else tuple(present)
         fn = self._image_fn(cols, partial_json)
         try:
-            values, end = fn(buf, pos)
+            values, end = fn(buf, pos, len(buf))
         except DECODE_ERRORS as exc:
             raise _translate(exc) from None
         if end > len(buf):
