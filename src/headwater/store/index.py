@@ -22,7 +22,7 @@ little-endian)::
 
 A sealed segment's ``.idx`` file is its entries followed by a trailer (TRAILER, 32 bytes):
 entry count (u64), the segment's last seq (u64), its data length (u64), CRC32C of all
-entry bytes (u32), magic ``b"HWIX"``. The active segment's ``.idx`` has no trailer: the
+entry bytes followed by those three fields (u32), magic ``b"HWIX"``. The active segment's ``.idx`` has no trailer: the
 writer appends entries of closed blocks as it goes; recovery rebuilds it from the data.
 
 Lookups (costs for a segment of N entries):
@@ -272,7 +272,9 @@ def encode_entry(seq: int, off: int, pos: PosTuple, ts: int, mtb: int,
 
 
 def encode_trailer(entry_bytes: bytes, count: int, last_seq: int, data_end: int) -> bytes:
-    return TRAILER.pack(count, last_seq, data_end, crc32c(entry_bytes), TRAILER_MAGIC)
+    fields = struct.pack("<QQQ", count, last_seq, data_end)
+    return TRAILER.pack(count, last_seq, data_end, crc32c(fields, crc32c(entry_bytes)),
+                        TRAILER_MAGIC)
 
 
 def split_sealed(data: bytes, *, path: str) -> tuple[bytes, int, int, int]:
@@ -290,7 +292,7 @@ def split_sealed(data: bytes, *, path: str) -> tuple[bytes, int, int, int]:
     if count * ENTRY.size != len(entries):
         raise CorruptRecordError("index trailer count does not match its length", path=path,
                                  offset=at)
-    if crc32c(entries) != crc:
+    if crc32c(data[at:at + 24], crc32c(entries)) != crc:
         # Find the first bad entry so the report names where the damage is.
         IndexView.parse(entries, path=path)
         raise CorruptRecordError("index trailer CRC mismatch", path=path, offset=at)

@@ -13,8 +13,9 @@ in other processes. Invariants:
   transaction become visible together and recovery may drop an unfinished chunk group;
 * a segment is rolled only at a transaction boundary (so a chunk group never spans
   segments), when it reaches ``segment_bytes`` or ``roll_interval_s``; sealing writes the
-  footer, fsyncs, writes the sealed index by temp file + rename, and only then creates the
-  next segment (fsync of the directory) — so at most the newest segment lacks a footer;
+  sealed index by temp file + rename, then the footer, fsyncs, and only then creates the
+  next segment (fsync of the directory) — so at most the newest segment lacks a footer,
+  and a segment with a footer always has its whole index;
 * I/O happens under ``_io_lock`` and state changes under ``_lock``, always taken in that
   order; the segment list is copy-on-write, so readers work on a consistent snapshot.
 
@@ -465,15 +466,17 @@ class ChangeLog:
         write_head(self._head_fd, base, end, seq)
 
     def _do_seal(self, base: int, footer: Footer, entries: bytes, view: IndexView) -> None:
+        # The sealed index goes in place before the footer: once a footer exists, its
+        # index is whole (a crash in between leaves an unsealed segment, rebuilt anyway).
+        os.close(self._ifd)
+        idx = os.path.join(self._dir, segment_name(base, IDX))
+        atomic_write(idx, entries + encode_trailer(entries, len(entries) // 94, footer.last_seq,
+                                                   footer.data_end))
         _write_all(self._wfd, encode_footer_tail(footer))
         os.fsync(self._wfd)
         size = os.fstat(self._wfd).st_size
         os.close(self._wfd)
-        os.close(self._ifd)
         self._wfd = self._ifd = -1
-        idx = os.path.join(self._dir, segment_name(base, IDX))
-        atomic_write(idx, entries + encode_trailer(entries, len(entries) // 94, footer.last_seq,
-                                                   footer.data_end))
         with self._lock:
             meta = self._catalog.find(base)
             assert meta is not None and meta.base == base
