@@ -438,7 +438,9 @@ class BinlogClient:
             conn._read_packet()
         except pymysql.err.MySQLError as e:
             code = e.args[0] if e.args else 0
-            if code == ER_SPECIFIC_ACCESS_DENIED:
+            # MariaDB answers a missing REPLICATION SLAVE with 1045 here (the password
+            # was accepted already), MySQL with 1227.
+            if code in (ER_SPECIFIC_ACCESS_DENIED, ER_ACCESS_DENIED):
                 raise privilege_error(
                     o.address, info.user, info.flavor, info.version, str(e.args[1])
                 ) from None
