@@ -229,9 +229,9 @@ class LogReader:
     """
 
     def __init__(self, log: ChangeLog, start: Start) -> None:
+        self._src: Source | None = None
         self._log = log
         self._seq, self._meta, self._off = locate(log, start)
-        self._src: Source | None = None
 
     @property
     def next_seq(self) -> int:
@@ -277,6 +277,9 @@ class LogReader:
         if self._src is not None:
             self._src.close()
             self._src = None
+
+    def __del__(self) -> None:
+        self.close()
 
     def __enter__(self) -> LogReader:
         return self

@@ -1,0 +1,159 @@
+"""Retention by age and size, compression of old sealed segments, and their readers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from headwater.errors import CorruptRecordError, PositionNotRetainedError
+from headwater.position import MysqlGtidSet, Position
+from headwater.store import AtSeq, AtTime, ChangeLog
+from headwater.store.segment import IDX, ZSEG, segment_name
+
+UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+NOW = 10**15  # far after every test timestamp (1000 * i microseconds)
+
+
+def fill(log: ChangeLog, rec, lo: int, hi: int) -> None:  # type: ignore[no-untyped-def]
+    for i in range(lo, hi):
+        log.append_nowait(rec(i))
+    log.flush()
+
+
+def test_retention_by_size_deletes_oldest_whole_segments(tmp_path: Path, opts, rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts(retention_bytes=8000)) as log:
+        fill(log, rec, 1, 201)
+        before = log.segments()
+        deleted = log.apply_retention(NOW)
+        after = log.segments()
+        assert deleted == [m.path for m in before[:len(deleted)]]
+        assert len(deleted) > 0
+        assert sum(m.file_bytes for m in after) <= 8000 or len(after) == 1
+        for path in deleted:
+            assert not os.path.exists(path)
+            assert not os.path.exists(path[:-4] + IDX)
+        assert [r.seq for r in log.reader()] == list(range(after[0].base, 201))
+
+
+def test_retention_by_age_uses_newest_record_of_each_segment(tmp_path: Path, opts, rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts(retention_age_s=0.05)) as log:
+        fill(log, rec, 1, 201)
+        segs = log.segments()
+        cut = segs[3].footer.max_ts  # type: ignore[union-attr]
+        deleted = log.apply_retention(now_us=cut + 50_000 + 1)
+        assert deleted == [m.path for m in segs[:4]]
+        assert log.earliest().seq == segs[4].base  # type: ignore[union-attr]
+
+
+def test_active_segment_is_never_deleted(tmp_path: Path, opts, rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts(retention_bytes=1, retention_age_s=0.0)) as log:
+        fill(log, rec, 1, 101)
+        log.apply_retention(NOW)
+        (only,) = log.segments()
+        assert only.footer is None
+        assert log.append(rec(101)) == 101
+
+
+def test_reader_inside_deleted_data_gets_clear_error(tmp_path: Path, opts, rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts(retention_bytes=6000)) as log:
+        fill(log, rec, 1, 201)
+        early = log.reader()
+        assert early.next(0).seq == 1  # type: ignore[union-attr]
+        log.apply_retention(NOW)
+        first = log.segments()[0].base
+        with pytest.raises(PositionNotRetainedError, match="no longer retained"):
+            early.next(0)
+        with pytest.raises(PositionNotRetainedError):
+            log.reader(AtSeq(first - 1))
+        with pytest.raises(PositionNotRetainedError):
+            log.reader(Position(1, 1, 100 * (first - 1)))
+        with pytest.raises(PositionNotRetainedError):
+            log.reader(AtTime(1000 * (first - 1)))
+        with pytest.raises(PositionNotRetainedError):
+            log.reader(MysqlGtidSet.parse(f"{UUID}:1-2"))
+        assert log.reader(MysqlGtidSet.parse(f"{UUID}:1-{first + 5}")).next().seq == first + 6  # type: ignore[union-attr]
+        assert log.reader(Position(1, 1, 100 * first)).next().seq == first  # type: ignore[union-attr]
+
+
+def test_retention_survives_reopen(tmp_path: Path, opts, rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts(retention_bytes=6000)) as log:
+        fill(log, rec, 1, 201)
+        log.apply_retention(NOW)
+        first = log.segments()[0].base
+    with ChangeLog.open(str(tmp_path), opts()) as log:
+        assert [r.seq for r in log.reader()] == list(range(first, 201))
+        with pytest.raises(PositionNotRetainedError):
+            log.reader(MysqlGtidSet.parse(f"{UUID}:1-2"))
+        assert log.append(rec(201)) == 201
+
+
+def test_compressed_segments_stay_readable_by_every_lookup(tmp_path: Path, opts, rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts(compress_after_s=1.0)) as log:
+        fill(log, rec, 1, 301)
+        sealed = [m for m in log.segments() if m.footer is not None]
+        zpaths = log.compress_sealed(NOW)
+        assert len(zpaths) == len(sealed)
+        assert all(m.compressed for m in log.segments()[:-1])
+        assert all(p.endswith(ZSEG) for p in zpaths)
+        got = list(log.reader())
+        assert [r.payload for r in got] == [rec(i).payload for i in range(1, 301)]
+        for i in (1, 77, 150, 299):
+            assert log.reader(Position(1, 1, 100 * i)).next().seq == i  # type: ignore[union-attr]
+            assert log.reader(AtTime(1000 * i)).next().seq == i  # type: ignore[union-attr]
+            gs = MysqlGtidSet.parse(f"{UUID}:1-{i}")
+            assert log.reader(gs).next().seq == i + 1  # type: ignore[union-attr]
+        assert log.compress_sealed(NOW) == []
+    total_z = sum(os.path.getsize(p) for p in zpaths)
+    assert total_z < sum(m.file_bytes for m in sealed)
+    with ChangeLog.open(str(tmp_path), opts()) as log:
+        assert log.problems == []
+        assert [r.seq for r in log.reader()] == list(range(1, 301))
+
+
+def test_compression_only_touches_old_segments(tmp_path: Path, opts, rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts(compress_after_s=0.1)) as log:
+        fill(log, rec, 1, 201)
+        segs = log.segments()
+        cut = segs[2].footer.max_ts  # type: ignore[union-attr]
+        done = log.compress_sealed(now_us=cut + 100_000 + 1)
+        assert done == [str(tmp_path / segment_name(m.base, ZSEG)) for m in segs[:3]]
+
+
+def test_reader_open_on_plain_file_keeps_reading_after_compression(tmp_path: Path, opts,
+                                                                   rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts(compress_after_s=0.0)) as log:
+        fill(log, rec, 1, 101)
+        r = log.reader()
+        assert r.next(0).seq == 1  # type: ignore[union-attr]
+        log.compress_sealed(NOW)
+        assert [x.seq for x in r] == list(range(2, 101))
+
+
+def test_damaged_compressed_block_is_reported(tmp_path: Path, opts, rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts(compress_after_s=0.0)) as log:
+        fill(log, rec, 1, 101)
+        (zpath, *_rest) = log.compress_sealed(NOW)
+    data = bytearray(Path(zpath).read_bytes())
+    data[40] ^= 0xFF
+    Path(zpath).write_bytes(bytes(data))
+    with ChangeLog.open(str(tmp_path), opts()) as log:
+        with pytest.raises(CorruptRecordError) as ei:
+            list(log.reader())
+        assert ei.value.path == zpath and ei.value.offset == 8
+        (found,) = log.verify()
+        assert found.path == zpath
+
+
+def test_damaged_compressed_trailer_sets_segment_aside(tmp_path: Path, opts, rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts(compress_after_s=0.0)) as log:
+        fill(log, rec, 1, 101)
+        (zpath, *_rest) = log.compress_sealed(NOW)
+    data = bytearray(Path(zpath).read_bytes())
+    data[-10] ^= 0xFF
+    Path(zpath).write_bytes(bytes(data))
+    with ChangeLog.open(str(tmp_path), opts()) as log:
+        (problem,) = log.problems
+        assert problem.path == zpath
+        assert os.path.exists(zpath + ".bad")
