@@ -38,8 +38,13 @@ def ts_of(i: int) -> int:
 
 
 def record(i: int, payload: bytes) -> Record:
-    return Record(Position(1, 1 + i // 1_000_000, 4 + (i % 1_000_000) * 10), payload,
-                  ts_us=ts_of(i), gtid=f"{UUID}:{i}", tables=(("shop.orders", 1),))
+    return Record(
+        Position(1, 1 + i // 1_000_000, 4 + (i % 1_000_000) * 10),
+        payload,
+        ts_us=ts_of(i),
+        gtid=f"{UUID}:{i}",
+        tables=(("shop.orders", 1),),
+    )
 
 
 def append_throughput(base: str, size: int, count: int) -> float:
@@ -66,9 +71,12 @@ def append_throughput(base: str, size: int, count: int) -> float:
     os.unlink(path)
     mb = size * count / 1e6
     ratio = plain_s / store_s
-    print(f"append {size // 1024:>2} KB x {count}: store {mb / store_s:7.1f} MB/s "
-          f"{count / store_s:9.0f} rec/s | plain write {mb / plain_s:7.1f} MB/s "
-          f"{count / plain_s:9.0f} rec/s | ratio {ratio:.2f}", flush=True)
+    print(
+        f"append {size // 1024:>2} KB x {count}: store {mb / store_s:7.1f} MB/s "
+        f"{count / store_s:9.0f} rec/s | plain write {mb / plain_s:7.1f} MB/s "
+        f"{count / plain_s:9.0f} rec/s | ratio {ratio:.2f}",
+        flush=True,
+    )
     return ratio
 
 
@@ -88,13 +96,17 @@ def lookups(base: str, n: int, rounds: int) -> None:
     for i in range(1, n + 1):
         append(record(i, payload))
     log.flush()
-    print(f"built a log of {n} records in {time.perf_counter() - t0:.1f}s "
-          f"({len(log.segments())} segments)", flush=True)
+    print(
+        f"built a log of {n} records in {time.perf_counter() - t0:.1f}s "
+        f"({len(log.segments())} segments)",
+        flush=True,
+    )
     log.close()
     t0 = time.perf_counter()
     log = ChangeLog.open(d, StoreOptions())
-    print(f"reopened (recovery of the active segment) in {time.perf_counter() - t0:.2f}s",
-          flush=True)
+    print(
+        f"reopened (recovery of the active segment) in {time.perf_counter() - t0:.2f}s", flush=True
+    )
     rng = random.Random(5)
 
     def measure(name: str, make: Callable[[int], tuple[Start, int]]) -> None:
@@ -108,8 +120,11 @@ def lookups(base: str, n: int, rounds: int) -> None:
             times.append(time.perf_counter() - t)
             assert rec is not None and rec.seq == want, (name, k, want, rec)
         times.sort()
-        print(f"lookup by {name:8}: median {statistics.median(times) * 1e3:.3f} ms, "
-              f"p99 {times[int(len(times) * 0.99)] * 1e3:.3f} ms", flush=True)
+        print(
+            f"lookup by {name:8}: median {statistics.median(times) * 1e3:.3f} ms, "
+            f"p99 {times[int(len(times) * 0.99)] * 1e3:.3f} ms",
+            flush=True,
+        )
 
     def by_pos(k: int) -> tuple[Start, int]:
         return record(k, b"").position, k

@@ -34,10 +34,17 @@ POLICIES = (Durability.GROUP, Durability.EVERY_RECORD, Durability.NONE)
 
 
 def options(policy: Durability) -> StoreOptions:
-    return StoreOptions(segment_bytes=512 * 1024, index_interval_bytes=4096,
-                        durability=policy, group_commit_ms=2.0, group_commit_bytes=256 * 1024,
-                        retention_age_s=None, retention_bytes=16 * 1024 * 1024,
-                        compress_after_s=0.0, memory_tail_bytes=1024 * 1024)
+    return StoreOptions(
+        segment_bytes=512 * 1024,
+        index_interval_bytes=4096,
+        durability=policy,
+        group_commit_ms=2.0,
+        group_commit_bytes=256 * 1024,
+        retention_age_s=None,
+        retention_bytes=16 * 1024 * 1024,
+        compress_after_s=0.0,
+        memory_tail_bytes=1024 * 1024,
+    )
 
 
 def make_payload(rng: random.Random) -> bytes:
@@ -130,8 +137,9 @@ def run(rounds: int, directory: str, seed: int) -> tuple[int, int]:
     for r in range(rounds):
         rfd, wfd = os.pipe()
         proc = subprocess.Popen(
-            [sys.executable, __file__, "--child", directory, "--fd", str(wfd),
-             "--round", str(r)], pass_fds=(wfd,))
+            [sys.executable, __file__, "--child", directory, "--fd", str(wfd), "--round", str(r)],
+            pass_fds=(wfd,),
+        )
         os.close(wfd)
         time.sleep(rng.uniform(0.3, 1.2))
         proc.send_signal(signal.SIGKILL)
@@ -144,8 +152,10 @@ def run(rounds: int, directory: str, seed: int) -> tuple[int, int]:
         lo, co, nread = verify(directory, acked)
         lost += lo
         corrupt += co
-        print(f"round {r + 1}: acked so far {len(acked)}, read back {nread}, "
-              f"lost {lo}, corrupt {co}", flush=True)
+        print(
+            f"round {r + 1}: acked so far {len(acked)}, read back {nread}, lost {lo}, corrupt {co}",
+            flush=True,
+        )
     return lost, corrupt
 
 

@@ -160,11 +160,11 @@ class Catalog:
         assert meta.footer is not None
         try:
             with open(meta.index_path, "rb") as f:
-                entries, _count, last_seq, data_end = split_sealed(f.read(),
-                                                                   path=meta.index_path)
+                entries, _count, last_seq, data_end = split_sealed(f.read(), path=meta.index_path)
             if last_seq != meta.footer.last_seq or data_end != meta.footer.data_end:
-                raise CorruptRecordError("index is stale (does not match the footer)",
-                                         path=meta.index_path, offset=0)
+                raise CorruptRecordError(
+                    "index is stale (does not match the footer)", path=meta.index_path, offset=0
+                )
             view = IndexView.parse(entries, path=meta.index_path)
         except (FileNotFoundError, CorruptRecordError) as e:
             if isinstance(e, CorruptRecordError):
@@ -182,8 +182,12 @@ class Catalog:
                 data = f.read()
         except FileNotFoundError:
             return IndexView.empty()
-        return IndexView.parse(data[:len(data) - len(data) % 94], path=meta.index_path,
-                               limit_offset=committed_end, strict=False)
+        return IndexView.parse(
+            data[: len(data) - len(data) % 94],
+            path=meta.index_path,
+            limit_offset=committed_end,
+            strict=False,
+        )
 
     def rebuild_index(self, meta: SegmentMeta) -> IndexView:
         """Rebuild a sealed segment's index from its data (written back by the writer)."""
@@ -201,8 +205,10 @@ class Catalog:
         entries = res.builder.seal()
         if not self.read_only:
             n = len(entries) // 94
-            atomic_write(meta.index_path, entries + encode_trailer(
-                entries, n, meta.footer.last_seq, meta.footer.data_end))
+            atomic_write(
+                meta.index_path,
+                entries + encode_trailer(entries, n, meta.footer.last_seq, meta.footer.data_end),
+            )
         return res.builder.view
 
     # --- opening -------------------------------------------------------------------------
@@ -263,8 +269,9 @@ class Catalog:
                 else:
                     self._set_aside(path, e)
                 continue
-            if footer.first_seq != base or (segs and segs[-1].footer is not None
-                                            and segs[-1].footer.last_seq + 1 != base):
+            if footer.first_seq != base or (
+                segs and segs[-1].footer is not None and segs[-1].footer.last_seq + 1 != base
+            ):
                 log.error("sequence gap before segment %s", path)
             meta = SegmentMeta(base, path, footer, os.path.getsize(path))
             segs.append(meta)
@@ -277,8 +284,9 @@ class Catalog:
             open(os.path.join(self.dir, segment_name(base, IDX)), "wb").close()
             fsync_dir(self.dir)
             self.segments = [*segs, SegmentMeta(base, path, None, 0)]
-            active = ActiveState(base, 0, base - 1, IndexBuilder(self.interval), (0, 0, 0, 0),
-                                 (0, 0, 0, 0), 0)
+            active = ActiveState(
+                base, 0, base - 1, IndexBuilder(self.interval), (0, 0, 0, 0), (0, 0, 0, 0), 0
+            )
         return active
 
     def _check_index(self, meta: SegmentMeta) -> None:
@@ -317,15 +325,22 @@ class Catalog:
             if hasattr(data, "close"):
                 data.close()
         if res.bad_offset is not None and res.corrupt_after:
-            err = CorruptRecordError(f"{res.bad_reason}; valid records follow, so this is "
-                                     f"damage, not a torn write (copy kept as {BAD})",
-                                     path=path, offset=res.bad_offset)
+            err = CorruptRecordError(
+                f"{res.bad_reason}; valid records follow, so this is "
+                f"damage, not a torn write (copy kept as {BAD})",
+                path=path,
+                offset=res.bad_offset,
+            )
             self.problems.append(err)
             log.error("corrupt active segment: %s", err)
             shutil.copyfile(path, path + BAD)
         if res.commit_end < size:
-            log.warning("truncating %s from %d to %d bytes (torn or unacknowledged tail)",
-                        path, size, res.commit_end)
+            log.warning(
+                "truncating %s from %d to %d bytes (torn or unacknowledged tail)",
+                path,
+                size,
+                res.commit_end,
+            )
             fd = os.open(path, os.O_WRONLY)
             try:
                 os.ftruncate(fd, res.commit_end)
@@ -335,17 +350,39 @@ class Catalog:
         entries = b"".join(res.builder.all_entries)
         idx = os.path.join(self.dir, segment_name(base, IDX))
         atomic_write(idx, entries)
-        log.info("recovered %s: %d records, %d bytes in %.2fs", path, res.count,
-                 res.commit_end, time.monotonic() - started)
-        return ActiveState(base, res.commit_end, res.last_seq, res.builder, res.first_pos,
-                           res.last_pos, res.first_ts)
+        log.info(
+            "recovered %s: %d records, %d bytes in %.2fs",
+            path,
+            res.count,
+            res.commit_end,
+            time.monotonic() - started,
+        )
+        return ActiveState(
+            base,
+            res.commit_end,
+            res.last_seq,
+            res.builder,
+            res.first_pos,
+            res.last_pos,
+            res.first_ts,
+        )
 
 
 def seal_footer(base: int, state: ActiveState, now_us: int) -> Footer:
     """The footer describing the active segment as it stands."""
     b = state.builder
-    return Footer(state.size, b.count, base, state.last_seq, state.first_pos, state.last_pos,
-                  state.first_ts, b.max_ts, now_us, b.footer_summary())
+    return Footer(
+        state.size,
+        b.count,
+        base,
+        state.last_seq,
+        state.first_pos,
+        state.last_pos,
+        state.first_ts,
+        b.max_ts,
+        now_us,
+        b.footer_summary(),
+    )
 
 
 def lock_dir(directory: str) -> int:
@@ -357,6 +394,7 @@ def lock_dir(directory: str) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise StoreError(f"{directory}: another process has this change log open for "
-                         "writing") from None
+        raise StoreError(
+            f"{directory}: another process has this change log open for writing"
+        ) from None
     return fd

@@ -22,8 +22,9 @@ little-endian)::
 
 A sealed segment's ``.idx`` file is its entries followed by a trailer (TRAILER, 32 bytes):
 entry count (u64), the segment's last seq (u64), its data length (u64), CRC32C of all
-entry bytes followed by those three fields (u32), magic ``b"HWIX"``. The active segment's ``.idx`` has no trailer: the
-writer appends entries of closed blocks as it goes; recovery rebuilds it from the data.
+entry bytes followed by those three fields (u32), magic ``b"HWIX"``. The active
+segment's ``.idx`` has no trailer: the writer appends entries of closed blocks as it goes;
+recovery rebuilds it from the data.
 
 Lookups (costs for a segment of N entries):
 
@@ -162,8 +163,10 @@ class GtidTree:
         self.levels: list[list[GtidSummary]] = [leaves]
         while len(self.levels[-1]) > 1:
             prev = self.levels[-1]
-            nxt = [merge_summaries(prev[i], prev[i + 1]) if i + 1 < len(prev) else prev[i]
-                   for i in range(0, len(prev), 2)]
+            nxt = [
+                merge_summaries(prev[i], prev[i + 1]) if i + 1 < len(prev) else prev[i]
+                for i in range(0, len(prev), 2)
+            ]
             self.levels.append(nxt)
 
     def first_unskippable(self, start: int, wanted: GtidWanted) -> int:
@@ -223,8 +226,9 @@ class IndexView:
         self.tree = GtidTree(self.leaves)
 
     @classmethod
-    def parse(cls, data: bytes, *, path: str, limit_offset: int | None = None,
-              strict: bool = True) -> IndexView:
+    def parse(
+        cls, data: bytes, *, path: str, limit_offset: int | None = None, strict: bool = True
+    ) -> IndexView:
         """Parse entry bytes (no trailer); check every entry's CRC.
 
         ``strict``: a bad entry raises :class:`CorruptRecordError` naming path and offset.
@@ -234,20 +238,20 @@ class IndexView:
         view = cls.empty()
         n = len(data) // ENTRY.size
         if strict and len(data) % ENTRY.size:
-            raise CorruptRecordError("index length is not a whole number of entries",
-                                     path=path, offset=n * ENTRY.size)
+            raise CorruptRecordError(
+                "index length is not a whole number of entries", path=path, offset=n * ENTRY.size
+            )
         mv = memoryview(data)
         for i in range(n):
             at = i * ENTRY.size
             e = ENTRY.unpack_from(data, at)
-            if crc32c(mv[at:at + _ENTRY_BODY]) != e[13]:
+            if crc32c(mv[at : at + _ENTRY_BODY]) != e[13]:
                 if strict:
                     raise CorruptRecordError("index entry CRC mismatch", path=path, offset=at)
                 break
             if view.seqs and (e[0] <= view.seqs[-1] or e[1] <= view.offs[-1]):
                 if strict:
-                    raise CorruptRecordError("index entries out of order", path=path,
-                                             offset=at)
+                    raise CorruptRecordError("index entries out of order", path=path, offset=at)
                 break
             if limit_offset is not None and e[1] >= limit_offset:
                 break
@@ -260,21 +264,22 @@ class IndexView:
         return view
 
 
-def encode_entry(seq: int, off: int, pos: PosTuple, ts: int, mtb: int,
-                 leaf: GtidSummary) -> bytes:
+def encode_entry(seq: int, off: int, pos: PosTuple, ts: int, mtb: int, leaf: GtidSummary) -> bytes:
     if leaf is not None and len(leaf) == 1:
-        ((kind, ident), (lo, hi)), = leaf.items()
+        (((kind, ident), (lo, hi)),) = leaf.items()
     else:
         kind, ident, lo, hi = KIND_NONE, bytes(16), 0, 0
-    body = ENTRY.pack(seq, off, pos[0], pos[1], pos[2], pos[3], ts, mtb, kind, 0, ident,
-                      lo, hi, 0)[:_ENTRY_BODY]
+    body = ENTRY.pack(seq, off, pos[0], pos[1], pos[2], pos[3], ts, mtb, kind, 0, ident, lo, hi, 0)[
+        :_ENTRY_BODY
+    ]
     return body + struct.pack("<I", crc32c(body))
 
 
 def encode_trailer(entry_bytes: bytes, count: int, last_seq: int, data_end: int) -> bytes:
     fields = struct.pack("<QQQ", count, last_seq, data_end)
-    return TRAILER.pack(count, last_seq, data_end, crc32c(fields, crc32c(entry_bytes)),
-                        TRAILER_MAGIC)
+    return TRAILER.pack(
+        count, last_seq, data_end, crc32c(fields, crc32c(entry_bytes)), TRAILER_MAGIC
+    )
 
 
 def split_sealed(data: bytes, *, path: str) -> tuple[bytes, int, int, int]:
@@ -284,15 +289,17 @@ def split_sealed(data: bytes, *, path: str) -> tuple[bytes, int, int, int]:
     malformed or does not match the entries.
     """
     if len(data) < TRAILER.size or data[-4:] != TRAILER_MAGIC:
-        raise CorruptRecordError("index trailer missing", path=path,
-                                 offset=max(0, len(data) - TRAILER.size))
+        raise CorruptRecordError(
+            "index trailer missing", path=path, offset=max(0, len(data) - TRAILER.size)
+        )
     at = len(data) - TRAILER.size
     count, last_seq, data_end, crc, _magic = TRAILER.unpack_from(data, at)
     entries = data[:at]
     if count * ENTRY.size != len(entries):
-        raise CorruptRecordError("index trailer count does not match its length", path=path,
-                                 offset=at)
-    if crc32c(data[at:at + 24], crc32c(entries)) != crc:
+        raise CorruptRecordError(
+            "index trailer count does not match its length", path=path, offset=at
+        )
+    if crc32c(data[at : at + 24], crc32c(entries)) != crc:
         # Find the first bad entry so the report names where the damage is.
         IndexView.parse(entries, path=path)
         raise CorruptRecordError("index trailer CRC mismatch", path=path, offset=at)
@@ -369,8 +376,7 @@ class IndexBuilder:
         if not self.block_mixed and self.block_key is not None:
             leaf = {self.block_key: (self.block_lo, self.block_hi)}
         view.leaves[i] = leaf
-        raw = encode_entry(view.seqs[i], view.offs[i], view.poss[i], view.tss[i], view.mtb[i],
-                           leaf)
+        raw = encode_entry(view.seqs[i], view.offs[i], view.poss[i], view.tss[i], view.mtb[i], leaf)
         self.unwritten.append(raw)
         self.all_entries.append(raw)
 
@@ -390,8 +396,9 @@ class IndexBuilder:
         return None if self.has_other else dict(self.summary)
 
 
-def summary_from_items(items: Iterable[tuple[int, bytes, int, int]],
-                       has_other: bool) -> GtidSummary:
+def summary_from_items(
+    items: Iterable[tuple[int, bytes, int, int]], has_other: bool
+) -> GtidSummary:
     if has_other:
         return None
     return {(k, i): (lo, hi) for k, i, lo, hi in items}

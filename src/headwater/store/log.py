@@ -130,8 +130,9 @@ class ChangeLog:
     # --- opening and closing ---------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: str, options: StoreOptions | None = None, *,
-             read_only: bool = False) -> ChangeLog:
+    def open(
+        cls, directory: str, options: StoreOptions | None = None, *, read_only: bool = False
+    ) -> ChangeLog:
         """Open (creating if needed, unless ``read_only``) the log in ``directory``.
 
         The writer recovers the directory first (catalog.py); a reader in another process
@@ -155,8 +156,9 @@ class ChangeLog:
             self._acked = act.last_seq
             self._tail_first = self._next_seq
             self._pub_base, self._pub_end = act.base, act.size
-            self._head_fd = os.open(os.path.join(self._dir, HEAD_NAME),
-                                    os.O_RDWR | os.O_CREAT, 0o644)
+            self._head_fd = os.open(
+                os.path.join(self._dir, HEAD_NAME), os.O_RDWR | os.O_CREAT, 0o644
+            )
             write_head(self._head_fd, act.base, act.size, act.last_seq)
             fsync_dir(self._dir)
         except BaseException:
@@ -168,8 +170,9 @@ class ChangeLog:
         self._pending = 0
         self._pending_since: float | None = None
         self._in_group = False
-        self._flusher = threading.Thread(target=self._run_flusher, name="headwater-store-flush",
-                                         daemon=True)
+        self._flusher = threading.Thread(
+            target=self._run_flusher, name="headwater-store-flush", daemon=True
+        )
         self._flusher.start()
 
     def _start_active(self, act: ActiveState) -> None:
@@ -177,8 +180,11 @@ class ChangeLog:
         self._act_created = time.monotonic()
         path = os.path.join(self._dir, segment_name(act.base))
         self._wfd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        self._ifd = os.open(os.path.join(self._dir, segment_name(act.base, IDX)),
-                            os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._ifd = os.open(
+            os.path.join(self._dir, segment_name(act.base, IDX)),
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+            0o644,
+        )
 
     def _open_read_only(self) -> None:
         path = os.path.join(self._dir, HEAD_NAME)
@@ -260,14 +266,17 @@ class ChangeLog:
         Use :meth:`wait_acked` or :attr:`acked_seq` to learn when it is acknowledged.
         """
         if len(record.payload) > self._opts.max_record_bytes:
-            raise ValueError(f"payload of {len(record.payload)} bytes exceeds max_record_bytes "
-                             f"({self._opts.max_record_bytes}); append it in chunks")
+            raise ValueError(
+                f"payload of {len(record.payload)} bytes exceeds max_record_bytes "
+                f"({self._opts.max_record_bytes}); append it in chunks"
+            )
         with self._lock:
             self._check_writable()
             if record.first_chunk:
                 if self._in_group:
-                    raise ValueError("a new transaction began before the last chunk of the "
-                                     "previous one")
+                    raise ValueError(
+                        "a new transaction began before the last chunk of the previous one"
+                    )
                 if self._should_roll():
                     self._enqueue_roll()
             elif not self._in_group:
@@ -304,8 +313,9 @@ class ChangeLog:
             self._flush()
         return seq
 
-    def append_chunked(self, header: Record, chunks: list[bytes] | tuple[bytes, ...],
-                       timeout: float | None = None) -> int:
+    def append_chunked(
+        self, header: Record, chunks: list[bytes] | tuple[bytes, ...], timeout: float | None = None
+    ) -> int:
         """Append one large transaction as chunk records sharing ``header``'s metadata.
 
         For streaming without holding all chunks, call :meth:`append` per chunk with
@@ -316,8 +326,16 @@ class ChangeLog:
         n = len(chunks)
         for i, chunk in enumerate(chunks):
             flags = (1 if i == 0 else 0) | (2 if i == n - 1 else 0)
-            rec = Record(header.position, chunk, header.ts_us, header.gtid, header.tables,
-                         header.schema_version, flags, i)
+            rec = Record(
+                header.position,
+                chunk,
+                header.ts_us,
+                header.gtid,
+                header.tables,
+                header.schema_version,
+                flags,
+                i,
+            )
             seq = self.append(rec, timeout) if flags & 2 else self.append_nowait(rec)
         return seq
 
@@ -325,8 +343,8 @@ class ChangeLog:
         """Wait until ``seq`` is acknowledged; False on timeout. Raises if the log failed."""
         with self._cond:
             ok = self._cond.wait_for(
-                lambda: self._acked >= seq or self._failed is not None or self._closed,
-                timeout)
+                lambda: self._acked >= seq or self._failed is not None or self._closed, timeout
+            )
             if self._failed is not None:
                 raise StoreError(f"{self._dir}: the log failed: {self._failed}")
             return ok and self._acked >= seq
@@ -355,8 +373,15 @@ class ChangeLog:
 
     def _close_buf(self) -> None:
         if self._buf:
-            self._queue.append(("data", self._act.base, self._buf, self._buf_commit,
-                                self._act.builder.take_unwritten()))
+            self._queue.append(
+                (
+                    "data",
+                    self._act.base,
+                    self._buf,
+                    self._buf_commit,
+                    self._act.builder.take_unwritten(),
+                )
+            )
             self._buf = bytearray()
             self._buf_commit = None
 
@@ -368,8 +393,15 @@ class ChangeLog:
         self._queue.append(("seal", act.base, footer, entries, act.builder.view))
         base = self._next_seq
         self._queue.append(("new", base))
-        self._act = ActiveState(base, 0, base - 1, IndexBuilder(self._opts.index_interval_bytes),
-                                (0, 0, 0, 0), (0, 0, 0, 0), 0)
+        self._act = ActiveState(
+            base,
+            0,
+            base - 1,
+            IndexBuilder(self._opts.index_interval_bytes),
+            (0, 0, 0, 0),
+            (0, 0, 0, 0),
+            0,
+        )
         self._act_created = time.monotonic()
 
     def _tail_add(self, seq: int, rec: Record, base: int, off: int, flen: int) -> None:
@@ -396,8 +428,11 @@ class ChangeLog:
                 if self._closed or self._pending_since is None:
                     return
                 deadline = self._pending_since + group_s
-                while (self._pending_since is not None and not self._closed
-                       and self._pending < self._opts.group_commit_bytes):
+                while (
+                    self._pending_since is not None
+                    and not self._closed
+                    and self._pending < self._opts.group_commit_bytes
+                ):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
@@ -470,8 +505,10 @@ class ChangeLog:
         # index is whole (a crash in between leaves an unsealed segment, rebuilt anyway).
         os.close(self._ifd)
         idx = os.path.join(self._dir, segment_name(base, IDX))
-        atomic_write(idx, entries + encode_trailer(entries, len(entries) // 94, footer.last_seq,
-                                                   footer.data_end))
+        atomic_write(
+            idx,
+            entries + encode_trailer(entries, len(entries) // 94, footer.last_seq, footer.data_end),
+        )
         _write_all(self._wfd, encode_footer_tail(footer))
         os.fsync(self._wfd)
         size = os.fstat(self._wfd).st_size
@@ -487,8 +524,11 @@ class ChangeLog:
     def _do_new(self, base: int) -> None:
         path = os.path.join(self._dir, segment_name(base))
         self._wfd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._ifd = os.open(os.path.join(self._dir, segment_name(base, IDX)),
-                            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._ifd = os.open(
+            os.path.join(self._dir, segment_name(base, IDX)),
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC,
+            0o644,
+        )
         fsync_dir(self._dir)
         with self._lock:
             segs = self._catalog.segments
@@ -564,13 +604,15 @@ class ChangeLog:
 
     def _find_segment(self, seq: int) -> SegmentMeta:
         meta = self._catalog.find(seq)
-        if self._read_only and (meta is None or (meta.footer is not None
-                                                 and meta.footer.last_seq < seq)):
+        if self._read_only and (
+            meta is None or (meta.footer is not None and meta.footer.last_seq < seq)
+        ):
             self._refresh(relist=True)
             meta = self._catalog.find(seq)
         if meta is None or seq < self._catalog.earliest_seq():
             raise PositionNotRetainedError(
-                f"seq {seq} is no longer retained (earliest is {self._catalog.earliest_seq()})")
+                f"seq {seq} is no longer retained (earliest is {self._catalog.earliest_seq()})"
+            )
         return meta
 
     def _view(self, meta: SegmentMeta) -> IndexView:
@@ -585,8 +627,7 @@ class ChangeLog:
 
     def _wait_sealed(self, meta: SegmentMeta) -> SegmentMeta:
         with self._cond:
-            self._cond.wait_for(lambda: meta.footer is not None or self._failed is not None,
-                                5.0)
+            self._cond.wait_for(lambda: meta.footer is not None or self._failed is not None, 5.0)
         if meta.footer is None:
             raise StoreError(f"segment {meta.path} was not sealed in time")
         return meta
@@ -611,21 +652,23 @@ class ChangeLog:
             self._refresh(relist=True)
         cur = self._catalog.find(meta.base)
         if cur is None or cur.base != meta.base:
-            raise PositionNotRetainedError(
-                f"segment {meta.path} is no longer retained") from None
+            raise PositionNotRetainedError(f"segment {meta.path} is no longer retained") from None
         try:
             return open_source(cur.path)
         except FileNotFoundError:
-            raise PositionNotRetainedError(
-                f"segment {meta.path} is no longer retained") from None
+            raise PositionNotRetainedError(f"segment {meta.path} is no longer retained") from None
 
     def _wait_for(self, seq: int, timeout: float | None) -> bool:
         """Wait until ``seq`` is acknowledged (or ``timeout``); True if it is."""
         if not self._read_only:
             with self._cond:
-                return self._cond.wait_for(
-                    lambda: self._acked >= seq or self._closed or self._failed is not None,
-                    timeout) and self._acked >= seq
+                return (
+                    self._cond.wait_for(
+                        lambda: self._acked >= seq or self._closed or self._failed is not None,
+                        timeout,
+                    )
+                    and self._acked >= seq
+                )
         assert self._watch is not None
         self._refresh()
         if self._acked >= seq:
@@ -654,9 +697,12 @@ class ChangeLog:
         self._check_writable()
         now = _now_us() if now_us is None else now_us
         with self._maint_lock:
-            doomed = plan_retention(self._catalog.segments, now,
-                                    max_age_s=self._opts.retention_age_s,
-                                    max_bytes=self._opts.retention_bytes)
+            doomed = plan_retention(
+                self._catalog.segments,
+                now,
+                max_age_s=self._opts.retention_age_s,
+                max_bytes=self._opts.retention_bytes,
+            )
             if not doomed:
                 return []
             purged = self._purged
@@ -674,8 +720,11 @@ class ChangeLog:
                     except FileNotFoundError:
                         log.warning("retention: %s was already gone", path)
             fsync_dir(self._dir)
-            log.info("retention deleted %d segments up to seq %d", len(doomed),
-                     doomed[-1].footer.last_seq if doomed[-1].footer else 0)
+            log.info(
+                "retention deleted %d segments up to seq %d",
+                len(doomed),
+                doomed[-1].footer.last_seq if doomed[-1].footer else 0,
+            )
             return [m.path for m in doomed]
 
     def compress_sealed(self, now_us: int | None = None) -> list[str]:
@@ -684,14 +733,19 @@ class ChangeLog:
         now = _now_us() if now_us is None else now_us
         done: list[str] = []
         with self._maint_lock:
-            for meta in plan_compression(self._catalog.segments, now,
-                                         after_s=self._opts.compress_after_s):
+            for meta in plan_compression(
+                self._catalog.segments, now, after_s=self._opts.compress_after_s
+            ):
                 assert meta.footer is not None
                 zpath = os.path.join(self._dir, segment_name(meta.base, ZSEG))
                 tmp = zpath + ".tmp"
-                size = compress_segment(meta.path, tmp, meta.footer,
-                                        block_bytes=self._opts.compress_block_bytes,
-                                        level=self._opts.compress_level)
+                size = compress_segment(
+                    meta.path,
+                    tmp,
+                    meta.footer,
+                    block_bytes=self._opts.compress_block_bytes,
+                    level=self._opts.compress_level,
+                )
                 os.replace(tmp, zpath)
                 fsync_dir(self._dir)
                 with self._lock:
@@ -702,8 +756,11 @@ class ChangeLog:
         return done
 
     def _save_purged(self, summary: GtidSummary) -> None:
-        items = None if summary is None else [
-            [k, i.hex(), lo, hi] for (k, i), (lo, hi) in sorted(summary.items())]
+        items = (
+            None
+            if summary is None
+            else [[k, i.hex(), lo, hi] for (k, i), (lo, hi) in sorted(summary.items())]
+        )
         atomic_write(os.path.join(self._dir, PURGED_NAME), json.dumps({"items": items}).encode())
         self._purged = summary
 
@@ -714,12 +771,18 @@ class ChangeLog:
         except FileNotFoundError:
             return
         except (ValueError, KeyError, TypeError) as e:
-            self._catalog.problems.append(CorruptRecordError(
-                f"purged-GTID summary unreadable: {e}", path=PURGED_NAME, offset=0))
+            self._catalog.problems.append(
+                CorruptRecordError(
+                    f"purged-GTID summary unreadable: {e}", path=PURGED_NAME, offset=0
+                )
+            )
             self._purged = None
             return
-        self._purged = None if items is None else {
-            (int(k), bytes.fromhex(i)): (int(lo), int(hi)) for k, i, lo, hi in items}
+        self._purged = (
+            None
+            if items is None
+            else {(int(k), bytes.fromhex(i)): (int(lo), int(hi)) for k, i, lo, hi in items}
+        )
 
     # --- checking --------------------------------------------------------------------------
 
@@ -737,8 +800,9 @@ class ChangeLog:
                 while off < limit:
                     rec, flen = read_record(src, off, limit)
                     if rec.seq != seq:
-                        raise CorruptRecordError(f"seq {rec.seq} where {seq} was expected",
-                                                 path=meta.path, offset=off)
+                        raise CorruptRecordError(
+                            f"seq {rec.seq} where {seq} was expected", path=meta.path, offset=off
+                        )
                     off += flen
                     seq += 1
             except CorruptRecordError as e:

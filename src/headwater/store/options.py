@@ -56,8 +56,14 @@ class StoreOptions:
     max_record_bytes: int = 16 * MIB
 
     def __post_init__(self) -> None:
-        positive = ("segment_bytes", "group_commit_bytes", "max_pending_bytes",
-                    "index_interval_bytes", "compress_block_bytes", "max_record_bytes")
+        positive = (
+            "segment_bytes",
+            "group_commit_bytes",
+            "max_pending_bytes",
+            "index_interval_bytes",
+            "compress_block_bytes",
+            "max_record_bytes",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"StoreOptions.{name} must be positive")
@@ -66,5 +72,6 @@ class StoreOptions:
         if self.max_pending_bytes < self.group_commit_bytes:
             raise ValueError("StoreOptions.max_pending_bytes must be >= group_commit_bytes")
         if not isinstance(self.durability, Durability):
-            raise ValueError(f"StoreOptions.durability must be a Durability, "
-                             f"got {self.durability!r}")
+            raise ValueError(
+                f"StoreOptions.durability must be a Durability, got {self.durability!r}"
+            )

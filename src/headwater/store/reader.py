@@ -91,7 +91,8 @@ def locate(log: ChangeLog, start: Start) -> tuple[int, SegmentMeta | None, int]:
     if isinstance(start, AtSeq):
         if start.seq < earliest:
             raise PositionNotRetainedError(
-                f"seq {start.seq} is no longer retained (earliest is {earliest})")
+                f"seq {start.seq} is no longer retained (earliest is {earliest})"
+            )
         return max(start.seq, 1), None, 0
     if isinstance(start, AtTime):
         return _locate_time(log, segs, start.ts_us, acked)
@@ -110,13 +111,15 @@ def _first_info(log: ChangeLog, meta: SegmentMeta) -> tuple[tuple[int, int, int,
     return log._active_first()
 
 
-def _locate_position(log: ChangeLog, segs: list[SegmentMeta], p: tuple[int, int, int, int],
-                     acked: int) -> tuple[int, SegmentMeta | None, int]:
+def _locate_position(
+    log: ChangeLog, segs: list[SegmentMeta], p: tuple[int, int, int, int], acked: int
+) -> tuple[int, SegmentMeta | None, int]:
     if not segs:
         return _end(acked)
     if segs[0].base > 1 and p < _first_info(log, segs[0])[0]:
         raise PositionNotRetainedError(
-            f"position {Position(*p)} is older than the earliest retained record")
+            f"position {Position(*p)} is older than the earliest retained record"
+        )
     sealed = [m for m in segs if m.footer is not None]
     k = bisect.bisect_left([m.footer.last_pos for m in sealed if m.footer is not None], p)
     for meta in segs[k:]:
@@ -129,8 +132,9 @@ def _locate_position(log: ChangeLog, segs: list[SegmentMeta], p: tuple[int, int,
     return _end(acked)
 
 
-def _locate_time(log: ChangeLog, segs: list[SegmentMeta], ts: int,
-                 acked: int) -> tuple[int, SegmentMeta | None, int]:
+def _locate_time(
+    log: ChangeLog, segs: list[SegmentMeta], ts: int, acked: int
+) -> tuple[int, SegmentMeta | None, int]:
     if not segs:
         return _end(acked)
     if segs[0].base > 1 and ts < _first_info(log, segs[0])[1]:
@@ -153,12 +157,14 @@ def _locate_time(log: ChangeLog, segs: list[SegmentMeta], ts: int,
     return _end(acked)
 
 
-def _locate_gtid(log: ChangeLog, segs: list[SegmentMeta], wanted: MysqlGtidSet | MariadbGtidPos,
-                 acked: int) -> tuple[int, SegmentMeta | None, int]:
+def _locate_gtid(
+    log: ChangeLog, segs: list[SegmentMeta], wanted: MysqlGtidSet | MariadbGtidPos, acked: int
+) -> tuple[int, SegmentMeta | None, int]:
     w = GtidWanted(wanted)
     if segs and segs[0].base > 1 and not w.covers_summary(log._purged_summary()):
         raise PositionNotRetainedError(
-            "GTIDs missing from the wanted set were in records no longer retained")
+            "GTIDs missing from the wanted set were in records no longer retained"
+        )
 
     def pred(r: Record) -> bool:
         return not w.contains(r.gtid)
@@ -197,9 +203,15 @@ def _locate_seq(log: ChangeLog, seq: int, acked: int) -> tuple[SegmentMeta, int]
     return found[1], found[2]
 
 
-def _scan_from_entry(log: ChangeLog, meta: SegmentMeta, view: IndexView, i: int, acked: int,
-                     pred: Callable[[Record], bool], stop_seq: int | None = None,
-                     ) -> tuple[int, SegmentMeta | None, int] | None:
+def _scan_from_entry(
+    log: ChangeLog,
+    meta: SegmentMeta,
+    view: IndexView,
+    i: int,
+    acked: int,
+    pred: Callable[[Record], bool],
+    stop_seq: int | None = None,
+) -> tuple[int, SegmentMeta | None, int] | None:
     """First record from index entry ``i`` (segment start if ``i < 0``) matching ``pred``."""
     seq, off = (view.seqs[i], view.offs[i]) if i >= 0 else (meta.base, 0)
     limit = log._limit(meta)
@@ -208,8 +220,9 @@ def _scan_from_entry(log: ChangeLog, meta: SegmentMeta, view: IndexView, i: int,
         while off < limit and seq <= acked and (stop_seq is None or seq < stop_seq):
             rec, flen = read_record(src, off, limit)
             if rec.seq != seq:
-                raise CorruptRecordError(f"record has seq {rec.seq}, expected {seq}",
-                                         path=src.path, offset=off)
+                raise CorruptRecordError(
+                    f"record has seq {rec.seq}, expected {seq}", path=src.path, offset=off
+                )
             if pred(rec):
                 return seq, meta, off
             seq += 1
@@ -294,7 +307,8 @@ class LogReader:
             return None
         if seq < log._earliest_seq():
             raise PositionNotRetainedError(
-                f"seq {seq} is no longer retained (earliest is {log._earliest_seq()})")
+                f"seq {seq} is no longer retained (earliest is {log._earliest_seq()})"
+            )
         hit = log._tail_get(seq)
         if hit is not None:
             rec, base, off, flen = hit
@@ -314,7 +328,9 @@ class LogReader:
             if nxt.base != seq:
                 raise CorruptRecordError(
                     f"records from seq {seq} are missing (segment set aside as corrupt?)",
-                    path=self._meta.path, offset=self._off)
+                    path=self._meta.path,
+                    offset=self._off,
+                )
             self._switch(nxt)
             self._off = 0
             limit = log._limit(nxt)
@@ -322,8 +338,9 @@ class LogReader:
             self._src = log._open_source(self._meta)
         rec, flen = read_record(self._src, self._off, limit)
         if rec.seq != seq:
-            raise CorruptRecordError(f"record has seq {rec.seq}, expected {seq}",
-                                     path=self._src.path, offset=self._off)
+            raise CorruptRecordError(
+                f"record has seq {rec.seq}, expected {seq}", path=self._src.path, offset=self._off
+            )
         self._off += flen
         self._seq = seq + 1
         return rec
@@ -349,8 +366,10 @@ class FileWatch:
             libc = ctypes.CDLL(None, use_errno=True)
             fd = libc.inotify_init1(self.IN_NONBLOCK | self.IN_CLOEXEC)
             if fd >= 0:
-                if libc.inotify_add_watch(fd, os.fsencode(path),
-                                          self.IN_MODIFY | self.IN_ATTRIB) < 0:
+                if (
+                    libc.inotify_add_watch(fd, os.fsencode(path), self.IN_MODIFY | self.IN_ATTRIB)
+                    < 0
+                ):
                     os.close(fd)
                 else:
                     self.fd = fd

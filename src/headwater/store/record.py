@@ -111,8 +111,19 @@ def encode_parts(rec: Record, seq: int) -> tuple[bytes, bytes, int]:
         raise ValueError(f"GTID longer than 255 bytes: {rec.gtid!r}")
     tables = _encode_tables(rec.tables) if rec.tables else b""
     fixed = FIXED.pack(
-        seq, pos.change_id, pos.file_num, pos.offset, pos.event_index, rec.ts_us,
-        rec.schema_version, rec.flags, len(gtid), len(rec.tables), len(tables), rec.chunk_no, 0,
+        seq,
+        pos.change_id,
+        pos.file_num,
+        pos.offset,
+        pos.event_index,
+        rec.ts_us,
+        rec.schema_version,
+        rec.flags,
+        len(gtid),
+        len(rec.tables),
+        len(tables),
+        rec.chunk_no,
+        0,
     )
     hdr = fixed + gtid + tables
     body_len = len(hdr) + len(rec.payload)
@@ -150,18 +161,32 @@ def frame_crc(body_len: int, body: bytes | memoryview) -> int:
     return crc32c(body, crc32c(LEN.pack(body_len)))
 
 
-def decode_body(body: bytes | memoryview, *, path: str | None = None,
-                offset: int | None = None) -> Record:
+def decode_body(
+    body: bytes | memoryview, *, path: str | None = None, offset: int | None = None
+) -> Record:
     """Parse a CRC-checked body into a :class:`Record`.
 
     The CRC already vouches for the bytes, so a failure here means a writer bug or a
     colliding CRC; it is still reported as :class:`CorruptRecordError` with the location.
     """
     try:
-        (seq, change_id, file_num, boff, event_index, ts_us, schema_version, flags, glen,
-         n_tables, tlen, chunk_no, _reserved) = FIXED.unpack_from(body, 0)
+        (
+            seq,
+            change_id,
+            file_num,
+            boff,
+            event_index,
+            ts_us,
+            schema_version,
+            flags,
+            glen,
+            n_tables,
+            tlen,
+            chunk_no,
+            _reserved,
+        ) = FIXED.unpack_from(body, 0)
         p = FIXED.size
-        gtid = bytes(body[p:p + glen]).decode("ascii") if glen else ""
+        gtid = bytes(body[p : p + glen]).decode("ascii") if glen else ""
         p += glen
         tables: tuple[tuple[str, int], ...] = ()
         if n_tables:
@@ -169,7 +194,7 @@ def decode_body(body: bytes | memoryview, *, path: str | None = None,
             q = p
             for _ in range(n_tables):
                 (nlen,) = TABLE_NAME.unpack_from(body, q)
-                name = bytes(body[q + 2:q + 2 + nlen]).decode("utf-8")
+                name = bytes(body[q + 2 : q + 2 + nlen]).decode("utf-8")
                 (rows,) = TABLE_ROWS.unpack_from(body, q + 2 + nlen)
                 out.append((name, rows))
                 q += 2 + nlen + 8
@@ -181,9 +206,16 @@ def decode_body(body: bytes | memoryview, *, path: str | None = None,
             raise ValueError("header longer than body")
         return Record(
             position=Position(change_id, file_num, boff, event_index),
-            payload=bytes(body[p:]), ts_us=ts_us, gtid=gtid, tables=tables,
-            schema_version=schema_version, flags=flags, chunk_no=chunk_no, seq=seq,
+            payload=bytes(body[p:]),
+            ts_us=ts_us,
+            gtid=gtid,
+            tables=tables,
+            schema_version=schema_version,
+            flags=flags,
+            chunk_no=chunk_no,
+            seq=seq,
         )
     except (struct.error, ValueError, UnicodeDecodeError) as e:
-        raise CorruptRecordError(f"record header does not parse: {e}", path=path,
-                                 offset=offset) from None
+        raise CorruptRecordError(
+            f"record header does not parse: {e}", path=path, offset=offset
+        ) from None

@@ -15,8 +15,9 @@ from headwater.store.segment import SegmentMeta
 __all__ = ["plan_compression", "plan_retention"]
 
 
-def plan_retention(segments: Sequence[SegmentMeta], now_us: int, *, max_age_s: float | None,
-                   max_bytes: int | None) -> list[SegmentMeta]:
+def plan_retention(
+    segments: Sequence[SegmentMeta], now_us: int, *, max_age_s: float | None, max_bytes: int | None
+) -> list[SegmentMeta]:
     """The oldest sealed segments to delete so that age and total size limits hold."""
     total = sum(m.file_bytes for m in segments)
     cutoff = None if max_age_s is None else now_us - int(max_age_s * 1_000_000)
@@ -33,11 +34,15 @@ def plan_retention(segments: Sequence[SegmentMeta], now_us: int, *, max_age_s: f
     return doomed
 
 
-def plan_compression(segments: Sequence[SegmentMeta], now_us: int, *,
-                     after_s: float | None) -> list[SegmentMeta]:
+def plan_compression(
+    segments: Sequence[SegmentMeta], now_us: int, *, after_s: float | None
+) -> list[SegmentMeta]:
     """Sealed, still uncompressed segments whose newest record is older than ``after_s``."""
     if after_s is None:
         return []
     cutoff = now_us - int(after_s * 1_000_000)
-    return [m for m in segments
-            if m.footer is not None and not m.compressed and m.footer.max_ts < cutoff]
+    return [
+        m
+        for m in segments
+        if m.footer is not None and not m.compressed and m.footer.max_ts < cutoff
+    ]

@@ -116,9 +116,18 @@ class Footer:
     def encode(self) -> bytes:
         items = [] if self.summary is None else sorted(self.summary.items())
         body = FOOTER.pack(
-            FOOTER_MAGIC, self.data_end, self.count, self.first_seq, self.last_seq,
-            *self.first_pos, *self.last_pos, self.first_ts, self.max_ts, self.sealed_at_us,
-            1 if self.summary is None else 0, len(items),
+            FOOTER_MAGIC,
+            self.data_end,
+            self.count,
+            self.first_seq,
+            self.last_seq,
+            *self.first_pos,
+            *self.last_pos,
+            self.first_ts,
+            self.max_ts,
+            self.sealed_at_us,
+            1 if self.summary is None else 0,
+            len(items),
         ) + b"".join(GITEM.pack(k, i, lo, hi) for (k, i), (lo, hi) in items)
         return body
 
@@ -136,10 +145,21 @@ class Footer:
             if FOOTER.size + n * GITEM.size != len(body):
                 raise ValueError("footer length mismatch")
         except (struct.error, ValueError) as e:
-            raise CorruptRecordError(f"segment footer does not parse: {e}", path=path,
-                                     offset=offset) from None
-        return cls(f[1], f[2], f[3], f[4], (f[5], f[6], f[7], f[8]), (f[9], f[10], f[11], f[12]),
-                   f[13], f[14], f[15], None if f[16] else summary)
+            raise CorruptRecordError(
+                f"segment footer does not parse: {e}", path=path, offset=offset
+            ) from None
+        return cls(
+            f[1],
+            f[2],
+            f[3],
+            f[4],
+            (f[5], f[6], f[7], f[8]),
+            (f[9], f[10], f[11], f[12]),
+            f[13],
+            f[14],
+            f[15],
+            None if f[16] else summary,
+        )
 
     @property
     def first_position(self) -> Position:
@@ -179,30 +199,32 @@ def read_footer(path: str) -> Footer:
             table_off, nblocks, flen, crc, magic = ZTRAILER.unpack(f.read(ZTRAILER.size))
             at = size - ZTRAILER.size - flen
             if magic != ZTRAILER_MAGIC or table_off + nblocks * ZTABLE.size != at or at < 0:
-                raise CorruptRecordError("compressed segment trailer is bad", path=path,
-                                         offset=size - ZTRAILER.size)
+                raise CorruptRecordError(
+                    "compressed segment trailer is bad", path=path, offset=size - ZTRAILER.size
+                )
             f.seek(table_off)
             raw = f.read(size - ZTRAILER.size - table_off)
             if crc32c(raw) != crc:
-                raise CorruptRecordError("compressed segment table/footer CRC mismatch",
-                                         path=path, offset=table_off)
-            return Footer.decode(raw[nblocks * ZTABLE.size:], path=path, offset=at)
+                raise CorruptRecordError(
+                    "compressed segment table/footer CRC mismatch", path=path, offset=table_off
+                )
+            return Footer.decode(raw[nblocks * ZTABLE.size :], path=path, offset=at)
         if size < END.size:
             raise CorruptRecordError("segment has no footer", path=path, offset=0)
         f.seek(size - END.size)
         flen, crc, magic = END.unpack(f.read(END.size))
         at = size - END.size - flen
         if magic != END_MAGIC or at < 0:
-            raise CorruptRecordError("segment has no footer", path=path,
-                                     offset=size - END.size)
+            raise CorruptRecordError("segment has no footer", path=path, offset=size - END.size)
         f.seek(at)
         body = f.read(flen)
         if crc32c(body) != crc:
             raise CorruptRecordError("segment footer CRC mismatch", path=path, offset=at)
         footer = Footer.decode(body, path=path, offset=at)
         if footer.data_end != at:
-            raise CorruptRecordError("segment footer data_end does not match its place",
-                                     path=path, offset=at)
+            raise CorruptRecordError(
+                "segment footer data_end does not match its place", path=path, offset=at
+            )
         return footer
 
 
@@ -224,7 +246,7 @@ class PlainSource:
         w = self._win
         rel = off - self._win_off
         if rel >= 0 and rel + n <= len(w):
-            return w[rel:rel + n]
+            return w[rel : rel + n]
         if n >= WINDOW:
             return os.pread(self.fd, n, off)
         self._win = os.pread(self.fd, WINDOW, off)
@@ -246,7 +268,8 @@ class ZstdSource:
         try:
             size = os.fstat(self.fd).st_size
             table_off, nblocks, _flen, _crc, _m = ZTRAILER.unpack(
-                os.pread(self.fd, ZTRAILER.size, size - ZTRAILER.size))
+                os.pread(self.fd, ZTRAILER.size, size - ZTRAILER.size)
+            )
             table = os.pread(self.fd, nblocks * ZTABLE.size, table_off)
             self._uoffs: list[int] = []
             self._foffs: list[int] = []
@@ -255,8 +278,9 @@ class ZstdSource:
                 self._foffs.append(fo)
         except (struct.error, OSError):
             os.close(self.fd)
-            raise CorruptRecordError("compressed segment table unreadable", path=path,
-                                     offset=0) from None
+            raise CorruptRecordError(
+                "compressed segment table unreadable", path=path, offset=0
+            ) from None
         self._dctx = zstandard.ZstdDecompressor()
         self._cached = -1
         self._block = b""
@@ -267,16 +291,17 @@ class ZstdSource:
             clen, ulen, crc = ZBLOCK.unpack(os.pread(self.fd, ZBLOCK.size, at))
             comp = os.pread(self.fd, clen, at + ZBLOCK.size)
             if len(comp) != clen or crc32c(comp) != crc:
-                raise CorruptRecordError("compressed block CRC mismatch", path=self.path,
-                                         offset=at)
+                raise CorruptRecordError("compressed block CRC mismatch", path=self.path, offset=at)
             try:
                 block = self._dctx.decompress(comp, max_output_size=ulen)
             except zstandard.ZstdError as e:
-                raise CorruptRecordError(f"compressed block does not decompress: {e}",
-                                         path=self.path, offset=at) from None
+                raise CorruptRecordError(
+                    f"compressed block does not decompress: {e}", path=self.path, offset=at
+                ) from None
             if len(block) != ulen:
-                raise CorruptRecordError("compressed block has the wrong length",
-                                         path=self.path, offset=at)
+                raise CorruptRecordError(
+                    "compressed block has the wrong length", path=self.path, offset=at
+                )
             self._cached, self._block = i, block
         return self._block
 
@@ -290,7 +315,7 @@ class ZstdSource:
             rel = off - self._uoffs[i]
             if rel >= len(block):
                 break
-            piece = block[rel:rel + n]
+            piece = block[rel : rel + n]
             out.append(piece)
             off += len(piece)
             n -= len(piece)
@@ -321,8 +346,9 @@ def read_record(src: Source, off: int, limit: int) -> tuple[Record, int]:
     if magic != MAGIC:
         raise CorruptRecordError("bad record magic", path=src.path, offset=off)
     if blen > MAX_BODY or off + FRAME.size + blen > limit:
-        raise CorruptRecordError(f"record length {blen} runs past the data", path=src.path,
-                                 offset=off)
+        raise CorruptRecordError(
+            f"record length {blen} runs past the data", path=src.path, offset=off
+        )
     body = src.read(off + FRAME.size, blen)
     if len(body) != blen or frame_crc(blen, body) != crc:
         raise CorruptRecordError("record CRC mismatch", path=src.path, offset=off)
@@ -353,7 +379,7 @@ def _frame_ok(buf: bytes | mmap.mmap, off: int, limit: int) -> int:
     end: int = off + FRAME.size + blen
     if magic != MAGIC or blen < FIXED.size or blen > MAX_BODY or end > limit:
         return 0
-    if frame_crc(blen, memoryview(buf)[off + FRAME.size:end]) != crc:
+    if frame_crc(blen, memoryview(buf)[off + FRAME.size : end]) != crc:
         return 0
     return end - off
 
@@ -388,7 +414,7 @@ def scan_buffer(buf: bytes | mmap.mmap, base: int, limit: int, interval: int) ->
                 bad, reason = off, f"sequence {seq} where {expect} was expected"
                 break
             gstart = off + FRAME.size + FIXED.size
-            gtid = bytes(mv[gstart:gstart + glen]).decode("ascii", "replace") if glen else ""
+            gtid = bytes(mv[gstart : gstart + glen]).decode("ascii", "replace") if glen else ""
             pos = (fx[1], fx[2], fx[3], fx[4])
             group.append((seq, off, pos, fx[5], gtid, flen))
             off += flen
@@ -407,8 +433,18 @@ def scan_buffer(buf: bytes | mmap.mmap, base: int, limit: int, interval: int) ->
     corrupt_after = False
     if bad is not None:
         corrupt_after = _valid_frame_after(buf, bad + 1, limit)
-    return ScanResult(commit_end, committed, count, first_pos, last_pos, first_ts, builder,
-                      bad, reason, corrupt_after)
+    return ScanResult(
+        commit_end,
+        committed,
+        count,
+        first_pos,
+        last_pos,
+        first_ts,
+        builder,
+        bad,
+        reason,
+        corrupt_after,
+    )
 
 
 def _valid_frame_after(buf: bytes | mmap.mmap, start: int, limit: int) -> bool:
@@ -439,8 +475,9 @@ def load_data(path: str) -> tuple[bytes | mmap.mmap, int]:
         return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ), size
 
 
-def compress_segment(src_path: str, dst_path: str, footer: Footer, *, block_bytes: int,
-                     level: int) -> int:
+def compress_segment(
+    src_path: str, dst_path: str, footer: Footer, *, block_bytes: int, level: int
+) -> int:
     """Write ``dst_path`` (a ``.zseg``) from a sealed plain segment; return its size.
 
     The caller renames it into place; every block is checked back by CRC when read.
@@ -456,8 +493,9 @@ def compress_segment(src_path: str, dst_path: str, footer: Footer, *, block_byte
         while uoff < footer.data_end:
             raw = os.pread(fd_in, min(block_bytes, footer.data_end - uoff), uoff)
             if not raw:
-                raise CorruptRecordError("segment shorter than its footer says",
-                                         path=src_path, offset=uoff)
+                raise CorruptRecordError(
+                    "segment shorter than its footer says", path=src_path, offset=uoff
+                )
             comp = cctx.compress(raw)
             table.append(ZTABLE.pack(uoff, pos))
             out.append(ZBLOCK.pack(len(comp), len(raw), crc32c(comp)))

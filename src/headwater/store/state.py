@@ -35,14 +35,23 @@ class ChangeIdInfo:
     start_ts_us: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"change_id": self.change_id, "server_uuid": self.server_uuid,
-                "start": self.start.to_json(), "start_gtid_set": self.start_gtid_set,
-                "start_ts_us": self.start_ts_us}
+        return {
+            "change_id": self.change_id,
+            "server_uuid": self.server_uuid,
+            "start": self.start.to_json(),
+            "start_gtid_set": self.start_gtid_set,
+            "start_ts_us": self.start_ts_us,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ChangeIdInfo:
-        return cls(int(d["change_id"]), str(d["server_uuid"]), Position.from_json(d["start"]),
-                   str(d.get("start_gtid_set", "")), int(d.get("start_ts_us", 0)))
+        return cls(
+            int(d["change_id"]),
+            str(d["server_uuid"]),
+            Position.from_json(d["start"]),
+            str(d.get("start_gtid_set", "")),
+            int(d.get("start_ts_us", 0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,16 +65,24 @@ class ReaderState:
     change_ids: tuple[ChangeIdInfo, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict[str, Any]:
-        return {"position": None if self.position is None else self.position.to_json(),
-                "gtid_set": self.gtid_set, "ts_us": self.ts_us, "seq": self.seq,
-                "change_ids": [c.to_json() for c in self.change_ids]}
+        return {
+            "position": None if self.position is None else self.position.to_json(),
+            "gtid_set": self.gtid_set,
+            "ts_us": self.ts_us,
+            "seq": self.seq,
+            "change_ids": [c.to_json() for c in self.change_ids],
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ReaderState:
         pos = d.get("position")
-        return cls(None if pos is None else Position.from_json(pos), str(d.get("gtid_set", "")),
-                   int(d.get("ts_us", 0)), int(d.get("seq", 0)),
-                   tuple(ChangeIdInfo.from_json(c) for c in d.get("change_ids", ())))
+        return cls(
+            None if pos is None else Position.from_json(pos),
+            str(d.get("gtid_set", "")),
+            int(d.get("ts_us", 0)),
+            int(d.get("seq", 0)),
+            tuple(ChangeIdInfo.from_json(c) for c in d.get("change_ids", ())),
+        )
 
     def save(self, path: str) -> None:
         """Write atomically; after a crash the file holds the old or the new state."""
@@ -90,5 +107,6 @@ class ReaderState:
                 raise ValueError("CRC mismatch")
             return cls.from_json(json.loads(body))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise CorruptRecordError(f"reader state does not load: {e}",
-                                     path=os.fspath(path), offset=0) from None
+            raise CorruptRecordError(
+                f"reader state does not load: {e}", path=os.fspath(path), offset=0
+            ) from None

@@ -35,24 +35,42 @@ def test_wanted_covers_ranges() -> None:
     w = GtidWanted(MysqlGtidSet.parse(f"{U1}:1-10:20-30"))
     u1 = uuid.UUID(U1).bytes
     assert [w.covers(1, u1, a, b) for a, b in ((1, 10), (2, 11), (20, 30), (10, 20))] == [
-        True, False, True, False]
+        True,
+        False,
+        True,
+        False,
+    ]
     assert w.covers(1, uuid.UUID(U2).bytes, 1, 1) is False
     m = GtidWanted(MariadbGtidPos.parse("0-1-50,2-1-7"))
     assert [m.contains(g) for g in ("0-5-50", "0-1-51", "2-1-7", "1-1-1", "")] == [
-        True, False, True, False, False]
+        True,
+        False,
+        True,
+        False,
+        False,
+    ]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.one_of(st.none(), st.tuples(st.sampled_from([U1, U2]),
-                                               st.integers(1, 60), st.integers(0, 5))),
-                min_size=1, max_size=70),
-       st.integers(0, 60), st.integers(0, 70))
+@given(
+    st.lists(
+        st.one_of(
+            st.none(), st.tuples(st.sampled_from([U1, U2]), st.integers(1, 60), st.integers(0, 5))
+        ),
+        min_size=1,
+        max_size=70,
+    ),
+    st.integers(0, 60),
+    st.integers(0, 70),
+)
 def test_tree_finds_first_unskippable_block_like_a_linear_scan(blocks, upto, start) -> None:  # type: ignore[no-untyped-def]
-    leaves = [None if b is None else {(1, uuid.UUID(b[0]).bytes): (b[1], b[1] + b[2])}
-              for b in blocks]
+    leaves = [
+        None if b is None else {(1, uuid.UUID(b[0]).bytes): (b[1], b[1] + b[2])} for b in blocks
+    ]
     wanted = GtidWanted(MysqlGtidSet.parse(f"{U1}:1-{upto}" if upto else ""))
-    linear = next((i for i in range(start, len(leaves))
-                   if not wanted.covers_summary(leaves[i])), len(leaves))
+    linear = next(
+        (i for i in range(start, len(leaves)) if not wanted.covers_summary(leaves[i])), len(leaves)
+    )
     assert GtidTree(leaves).first_unskippable(start, wanted) == max(linear, 0)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -46,7 +47,11 @@ def test_append_assigns_sequence_and_reads_back_everything(tmp_path: Path, opts,
     assert [r.seq for r in got] == [1, 2, 3, 4, 5]
     assert got[2].payload == rec(3).payload
     assert (got[2].position, got[2].gtid, got[2].tables, got[2].schema_version) == (
-        Position(1, 1, 300), f"{UUID}:3", (("db.t", 3),), 7)
+        Position(1, 1, 300),
+        f"{UUID}:3",
+        (("db.t", 3),),
+        7,
+    )
 
 
 def test_tiny_segments_rotate_and_names_sort_in_log_order(tmp_path: Path, opts, rec) -> None:
@@ -57,7 +62,7 @@ def test_tiny_segments_rotate_and_names_sort_in_log_order(tmp_path: Path, opts, 
     names = sorted(n for n in os.listdir(tmp_path) if n.endswith(SEG))
     bases = [parse_name(n)[0] for n in names]  # type: ignore[index]
     assert bases == [m.base for m in segs]
-    for a, b in zip(segs, segs[1:], strict=False):
+    for a, b in itertools.pairwise(segs):
         assert a.footer is not None and a.footer.last_seq + 1 == b.base
         assert a.footer.count == b.base - a.base
 
@@ -73,8 +78,9 @@ def test_sequence_survives_reopen(tmp_path: Path, opts, rec) -> None:
 
 
 @pytest.mark.parametrize("durability", list(Durability))
-def test_each_durability_policy_acknowledges_appends(tmp_path: Path, opts, rec,
-                                                      durability: Durability) -> None:
+def test_each_durability_policy_acknowledges_appends(
+    tmp_path: Path, opts, rec, durability: Durability
+) -> None:
     with ChangeLog.open(str(tmp_path), opts(durability=durability)) as log:
         for i in range(1, 21):
             assert log.append(rec(i)) == i
@@ -117,9 +123,14 @@ def test_gtid_lookup_with_holes_and_uuid_change(tmp_path: Path, opts, rec) -> No
         for i, g in enumerate(gtids, 1):
             log.append_nowait(rec(i, gtid=g))
         log.flush()
-        cases = {f"{UUID}:1-100": 101, f"{UUID}:1-100,{other}:1-40": 141,
-                 f"{UUID}:1-49:51-100": 50, f"{UUID}:2-100": 1, "": 1,
-                 f"{UUID}:1-100,{other}:1-100": None}
+        cases = {
+            f"{UUID}:1-100": 101,
+            f"{UUID}:1-100,{other}:1-40": 141,
+            f"{UUID}:1-49:51-100": 50,
+            f"{UUID}:2-100": 1,
+            "": 1,
+            f"{UUID}:1-100,{other}:1-100": None,
+        }
         for text, want in cases.items():
             got = log.reader(MysqlGtidSet.parse(text)).next()
             assert (got.seq if got else None) == want, text
@@ -143,7 +154,11 @@ def test_latest_and_earliest(tmp_path: Path, opts, rec) -> None:
         latest, earliest = log.latest(), log.earliest()
         assert latest is not None and earliest is not None
         assert (latest.seq, latest.position, earliest.seq, earliest.ts_us) == (
-            30, Position(1, 1, 3000), 1, 1000)
+            30,
+            Position(1, 1, 3000),
+            1,
+            1000,
+        )
 
 
 def test_tailing_reader_is_woken_by_append(tmp_path: Path, opts, rec) -> None:
@@ -168,9 +183,10 @@ def test_tailing_reader_is_woken_by_append(tmp_path: Path, opts, rec) -> None:
 
 
 def test_reader_never_sees_unacknowledged_records(tmp_path: Path, opts, rec) -> None:
-    with ChangeLog.open(str(tmp_path), opts(group_commit_ms=60_000,
-                                            group_commit_bytes=1 << 20,
-                                            max_pending_bytes=1 << 20)) as log:
+    with ChangeLog.open(
+        str(tmp_path),
+        opts(group_commit_ms=60_000, group_commit_bytes=1 << 20, max_pending_bytes=1 << 20),
+    ) as log:
         reader = log.reader()
         for i in range(1, 11):
             log.append_nowait(rec(i))
@@ -201,12 +217,14 @@ def test_chunked_transaction_reassembles_and_streams(tmp_path: Path, opts, rec) 
         assert first is not None and big is not None
         assert big.payload == b"a" * 700 + b"b" * 700 + b"c" * 700
         assert [(c.first_chunk, c.last_chunk, c.chunk_no) for c in big.records] == [
-            (True, False, 0), (False, False, 1), (False, True, 2)]
+            (True, False, 0),
+            (False, False, 1),
+            (False, True, 2),
+        ]
         assert log.reader(Position(1, 1, 200)).next().seq == 2  # type: ignore[union-attr]
 
 
-def test_unfinished_chunked_transaction_is_invisible_and_dropped(tmp_path: Path, opts,
-                                                                 rec) -> None:
+def test_unfinished_chunked_transaction_is_invisible_and_dropped(tmp_path: Path, opts, rec) -> None:
     log = ChangeLog.open(str(tmp_path), opts())
     log.append(rec(1))
     log.append_nowait(rec(2, flags=1))
@@ -235,15 +253,16 @@ def test_chunk_order_mistakes_are_refused(tmp_path: Path, opts, rec) -> None:
 
 
 def test_oversized_payload_is_refused(tmp_path: Path, opts, rec) -> None:
-    with ChangeLog.open(str(tmp_path), opts(max_record_bytes=100)) as log:
-        with pytest.raises(ValueError, match="max_record_bytes"):
-            log.append(rec(1, size=200))
+    with (
+        ChangeLog.open(str(tmp_path), opts(max_record_bytes=100)) as log,
+        pytest.raises(ValueError, match="max_record_bytes"),
+    ):
+        log.append(rec(1, size=200))
 
 
 def test_second_writer_is_refused(tmp_path: Path, opts) -> None:
-    with ChangeLog.open(str(tmp_path), opts()):
-        with pytest.raises(StoreError, match="another process"):
-            ChangeLog.open(str(tmp_path), opts())
+    with ChangeLog.open(str(tmp_path), opts()), pytest.raises(StoreError, match="another process"):
+        ChangeLog.open(str(tmp_path), opts())
 
 
 def test_read_only_open_needs_an_existing_log(tmp_path: Path) -> None:
@@ -289,8 +308,9 @@ print(",".join(map(str, seen)))
 def test_reader_in_another_process_tails_the_writer(tmp_path: Path, opts, rec) -> None:
     with ChangeLog.open(str(tmp_path), opts()) as log:
         fill(log, rec, 1, 11)
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), "150"],
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(tmp_path), "150"], stdout=subprocess.PIPE, text=True
+        )
         for i in range(11, 151):
             log.append(rec(i))
         out, _ = proc.communicate(timeout=30)

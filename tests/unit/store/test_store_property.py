@@ -23,13 +23,24 @@ op = st.one_of(
 )
 
 
-def options(durability: Durability = Durability.GROUP, retention: int | None = None,
-            ) -> StoreOptions:
-    return StoreOptions(segment_bytes=3000, index_interval_bytes=300, group_commit_ms=0.5,
-                        group_commit_bytes=2048, max_pending_bytes=8192,
-                        memory_tail_bytes=2000, retention_age_s=None, retention_bytes=retention,
-                        compress_after_s=0.0, compress_block_bytes=700, roll_interval_s=None,
-                        durability=durability)
+def options(
+    durability: Durability = Durability.GROUP,
+    retention: int | None = None,
+) -> StoreOptions:
+    return StoreOptions(
+        segment_bytes=3000,
+        index_interval_bytes=300,
+        group_commit_ms=0.5,
+        group_commit_bytes=2048,
+        max_pending_bytes=8192,
+        memory_tail_bytes=2000,
+        retention_age_s=None,
+        retention_bytes=retention,
+        compress_after_s=0.0,
+        compress_block_bytes=700,
+        roll_interval_s=None,
+        durability=durability,
+    )
 
 
 def check(log: ChangeLog, model: dict[int, bytes]) -> int:
@@ -59,8 +70,9 @@ def test_any_history_returns_exactly_the_acknowledged_records(ops: list[tuple]) 
                 elif kind == "chunked":
                     n += 1
                     chunks = [bytes([i]) * 500 for i in range(a)]
-                    last = log.append_chunked(Record(Position(1, 1, n), b"", ts_us=n,
-                                                     gtid=f"{UUID}:{n}"), chunks)
+                    last = log.append_chunked(
+                        Record(Position(1, 1, n), b"", ts_us=n, gtid=f"{UUID}:{n}"), chunks
+                    )
                     for i, c in enumerate(chunks):
                         model[last - a + 1 + i] = c
                 elif kind == "reopen":

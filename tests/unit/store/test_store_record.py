@@ -18,19 +18,35 @@ def frame(rec: Record, seq: int = 9) -> bytes:
 
 
 def parse(buf: bytes) -> Record:
-    magic, crc, blen = FRAME.unpack_from(buf, 0)
-    body = buf[FRAME.size:FRAME.size + blen]
+    _magic, crc, blen = FRAME.unpack_from(buf, 0)
+    body = buf[FRAME.size : FRAME.size + blen]
     assert frame_crc(blen, body) == crc
     return decode_body(body)
 
 
 def test_round_trip_keeps_every_field() -> None:
-    rec = Record(Position(3, 17, 123456, 2), b"\x00events\xff", ts_us=1_700_000_000_123_456,
-                 gtid="0-1-42", tables=(("shop.orders", 3), ("shop.ütems", 2**40)),
-                 schema_version=5, flags=1, chunk_no=0)
+    rec = Record(
+        Position(3, 17, 123456, 2),
+        b"\x00events\xff",
+        ts_us=1_700_000_000_123_456,
+        gtid="0-1-42",
+        tables=(("shop.orders", 3), ("shop.ütems", 2**40)),
+        schema_version=5,
+        flags=1,
+        chunk_no=0,
+    )
     got = parse(frame(rec, seq=2**63))
-    assert got == Record(Position(3, 17, 123456, 2), b"\x00events\xff", 1_700_000_000_123_456,
-                         "0-1-42", (("shop.orders", 3), ("shop.ütems", 2**40)), 5, 1, 0, 2**63)
+    assert got == Record(
+        Position(3, 17, 123456, 2),
+        b"\x00events\xff",
+        1_700_000_000_123_456,
+        "0-1-42",
+        (("shop.orders", 3), ("shop.ütems", 2**40)),
+        5,
+        1,
+        0,
+        2**63,
+    )
     assert got.first_chunk and not got.last_chunk
 
 

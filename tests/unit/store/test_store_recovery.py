@@ -75,7 +75,8 @@ def test_truncation_inside_active_segment_keeps_whole_prefix(tmp_path: Path, opt
 
 
 def test_damage_in_middle_of_active_segment_is_kept_aside_and_reported(
-        tmp_path: Path, opts, rec) -> None:
+    tmp_path: Path, opts, rec
+) -> None:
     o = opts(segment_bytes=1 << 20)
     bases = build(tmp_path, o, rec, 30)
     seg = active_path(tmp_path, bases)
@@ -89,8 +90,7 @@ def test_damage_in_middle_of_active_segment_is_kept_aside_and_reported(
     assert (tmp_path / (seg.name + BAD)).stat().st_size == ends[-1]
 
 
-def test_flipped_byte_in_sealed_segment_is_reported_by_reader(tmp_path: Path, opts,
-                                                               rec) -> None:
+def test_flipped_byte_in_sealed_segment_is_reported_by_reader(tmp_path: Path, opts, rec) -> None:
     bases = build(tmp_path, opts(), rec, 100)
     seg = tmp_path / segment_name(bases[1])
     flip(seg, 100)
@@ -106,8 +106,7 @@ def test_flipped_byte_in_sealed_segment_is_reported_by_reader(tmp_path: Path, op
 
 
 @pytest.mark.parametrize("where", ["footer", "trailer", "truncate"])
-def test_damaged_footer_sets_sealed_segment_aside(tmp_path: Path, opts, rec,
-                                                  where: str) -> None:
+def test_damaged_footer_sets_sealed_segment_aside(tmp_path: Path, opts, rec, where: str) -> None:
     bases = build(tmp_path, opts(), rec, 100)
     seg = tmp_path / segment_name(bases[1])
     size = seg.stat().st_size
@@ -174,8 +173,7 @@ def test_stale_index_is_rebuilt(tmp_path: Path, opts, rec) -> None:
         assert b.read_bytes() == good
 
 
-def test_sealed_segment_without_successor_gets_a_new_active_one(tmp_path: Path, opts,
-                                                                rec) -> None:
+def test_sealed_segment_without_successor_gets_a_new_active_one(tmp_path: Path, opts, rec) -> None:
     bases = build(tmp_path, opts(), rec, 100)
     last = bases[-1]
     (tmp_path / segment_name(last)).unlink()

@@ -28,7 +28,7 @@ def test_retention_by_size_deletes_oldest_whole_segments(tmp_path: Path, opts, r
         before = log.segments()
         deleted = log.apply_retention(NOW)
         after = log.segments()
-        assert deleted == [m.path for m in before[:len(deleted)]]
+        assert deleted == [m.path for m in before[: len(deleted)]]
         assert len(deleted) > 0
         assert sum(m.file_bytes for m in after) <= 8000 or len(after) == 1
         for path in deleted:
@@ -121,8 +121,9 @@ def test_compression_only_touches_old_segments(tmp_path: Path, opts, rec) -> Non
         assert done == [str(tmp_path / segment_name(m.base, ZSEG)) for m in segs[:3]]
 
 
-def test_reader_open_on_plain_file_keeps_reading_after_compression(tmp_path: Path, opts,
-                                                                   rec) -> None:
+def test_reader_open_on_plain_file_keeps_reading_after_compression(
+    tmp_path: Path, opts, rec
+) -> None:
     with ChangeLog.open(str(tmp_path), opts(compress_after_s=0.0)) as log:
         fill(log, rec, 1, 101)
         r = log.reader()

@@ -12,11 +12,20 @@ from headwater.position import Position
 from headwater.store import ChangeIdInfo, ReaderState
 
 STATE = ReaderState(
-    position=Position(2, 14, 9876, 3), gtid_set="3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100",
-    ts_us=1_700_000_000_000_001, seq=4242,
-    change_ids=(ChangeIdInfo(1, "3e11fa47-71ca-11e1-9e33-c80aa9429562", Position(1, 1, 4)),
-                ChangeIdInfo(2, "11111111-2222-3333-4444-555555555555", Position(2, 1, 4),
-                             "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-90", 1_700_000_000)),
+    position=Position(2, 14, 9876, 3),
+    gtid_set="3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100",
+    ts_us=1_700_000_000_000_001,
+    seq=4242,
+    change_ids=(
+        ChangeIdInfo(1, "3e11fa47-71ca-11e1-9e33-c80aa9429562", Position(1, 1, 4)),
+        ChangeIdInfo(
+            2,
+            "11111111-2222-3333-4444-555555555555",
+            Position(2, 1, 4),
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-90",
+            1_700_000_000,
+        ),
+    ),
 )
 
 
@@ -46,7 +55,7 @@ def test_damaged_state_is_reported_with_path(tmp_path: Path, damage: str) -> Non
     if damage == "flip":
         raw[raw.index(b"9876")] = ord("8")
     elif damage == "truncate":
-        del raw[len(raw) // 2:]
+        del raw[len(raw) // 2 :]
     else:
         raw.clear()
     path.write_bytes(bytes(raw))
