@@ -44,7 +44,12 @@ types are kept raw in :attr:`TableMap.unknown_metadata` and never fail the parse
 Numeric columns for SIGNEDNESS are TINY, SHORT, INT24, LONG, LONGLONG, FLOAT, DOUBLE and
 NEWDECIMAL (MySQL ``is_numeric_type``); character columns for the charset fields are
 STRING/VARCHAR/VAR_STRING and the BLOB family (``is_character_type``), ENUM/SET columns
-get their own ``ENUM_AND_SET_*`` charset fields.
+get their own ``ENUM_AND_SET_*`` charset fields. MariaDB counts differently
+(``mariadb=True``): every ``Field_num`` has a signedness bit, which adds YEAR and the old
+DECIMAL (``Table_map_log_event::init_signedness_field`` tests
+``Binlog_type_info::m_signedness``, and ``Field_year`` derives from ``Field_tiny``,
+``sql/field.h``), and GEOMETRY (a ``Field_blob``) is a character column
+(``is_character_type`` in ``sql/log_event_client.cc``).
 
 Invariants: every tuple indexed by column has exactly ``column_count`` entries; ``None``
 means "not in the event" (MINIMAL metadata), never "empty".
@@ -62,7 +67,9 @@ from headwater.errors import BinlogFormatError, TruncatedError
 
 __all__ = [
     "CHARACTER_TYPES",
+    "CHARACTER_TYPES_MARIADB",
     "NUMERIC_TYPES",
+    "NUMERIC_TYPES_MARIADB",
     "OptionalMetadataType",
     "TableMap",
     "parse_table_map",
@@ -107,6 +114,9 @@ CHARACTER_TYPES = frozenset(
         _T.LONG_BLOB,
     }
 )
+#: MariaDB's sets (see the module docstring).
+NUMERIC_TYPES_MARIADB = NUMERIC_TYPES | {_T.YEAR, _T.DECIMAL}
+CHARACTER_TYPES_MARIADB = CHARACTER_TYPES | {_T.GEOMETRY}
 _ENUM_SET = frozenset({_T.ENUM, _T.SET})
 _ONE_BYTE_META = frozenset(
     {
@@ -223,19 +233,25 @@ def _text(raw: bytes | memoryview) -> str:
     return bytes(raw).decode("utf-8", "surrogateescape")
 
 
-def parse_table_map(body: bytes | memoryview, *, table_id_size: int = 6) -> TableMap:
-    """Parse the body (after the 19-byte header, checksum stripped) of a TABLE_MAP event."""
+def parse_table_map(
+    body: bytes | memoryview, *, table_id_size: int = 6, mariadb: bool = False
+) -> TableMap:
+    """Parse the body (after the 19-byte header, checksum stripped) of a TABLE_MAP event.
+
+    ``mariadb`` (``FormatDescription.is_mariadb``) selects MariaDB's rules for which
+    columns the SIGNEDNESS and charset fields cover.
+    """
     buf = memoryview(body)
     end = len(buf)
     try:
-        return _parse(buf, end, table_id_size)
+        return _parse(buf, end, table_id_size, mariadb)
     except (IndexError, struct.error, ValueError) as exc:  # a length pointing past the end
         raise TruncatedError(f"TABLE_MAP ends early: {exc}", event_type="TABLE_MAP") from None
     except BinlogFormatError as exc:
         raise exc.located(event_type="TABLE_MAP") from None
 
 
-def _parse(buf: memoryview, end: int, table_id_size: int) -> TableMap:
+def _parse(buf: memoryview, end: int, table_id_size: int, mariadb: bool) -> TableMap:
     head = table_id_size + 2
     if end < head + 2:
         raise TruncatedError(f"TABLE_MAP body of {end} bytes")
@@ -289,7 +305,7 @@ def _parse(buf: memoryview, end: int, table_id_size: int) -> TableMap:
         raise TruncatedError("TABLE_MAP null bitmap runs past the end")
     nullable = _bits(buf[pos : pos + null_len], ncols, msb_first=False)
     pos += null_len
-    opt = _Optional(tuple(types), ncols)
+    opt = _Optional(tuple(types), ncols, mariadb)
     while pos < end:
         kind = buf[pos]
         length, pos = read_packed_int(buf, pos + 1, end)
@@ -322,9 +338,11 @@ def _parse(buf: memoryview, end: int, table_id_size: int) -> TableMap:
 class _Optional:
     """Accumulates the optional-metadata TLVs of one TABLE_MAP."""
 
-    def __init__(self, types: tuple[int, ...], ncols: int) -> None:
+    def __init__(self, types: tuple[int, ...], ncols: int, mariadb: bool) -> None:
         self.types = types
         self.ncols = ncols
+        self.numeric = NUMERIC_TYPES_MARIADB if mariadb else NUMERIC_TYPES
+        self.character = CHARACTER_TYPES_MARIADB if mariadb else CHARACTER_TYPES
         self.signedness: tuple[bool, ...] | None = None
         self.default_cs: tuple[int, dict[int, int]] | None = None
         self.column_cs: list[int] | None = None
@@ -343,7 +361,7 @@ class _Optional:
     def add(self, kind: int, v: memoryview) -> None:
         m = OptionalMetadataType
         if kind == m.SIGNEDNESS:
-            numeric = [i for i, t in enumerate(self.types) if t in NUMERIC_TYPES]
+            numeric = [i for i, t in enumerate(self.types) if t in self.numeric]
             # One bit per numeric column, most significant bit first.
             bits = _bits(v, len(numeric), msb_first=True)
             flags = [False] * self.ncols
@@ -395,13 +413,13 @@ class _Optional:
             ) from None
 
     def charsets(self) -> tuple[int | None, ...] | None:
-        char = self._spread(CHARACTER_TYPES, self.default_cs, self.column_cs)
+        char = self._spread(self.character, self.default_cs, self.column_cs)
         es = self._spread(_ENUM_SET, self.es_default_cs, self.es_column_cs)
         if char is None and es is None:
             return None
         return tuple(
             (char[i] if char is not None else None)
-            if t in CHARACTER_TYPES
+            if t in self.character
             else (es[i] if es is not None else None)
             if t in _ENUM_SET
             else None

@@ -40,11 +40,13 @@ def decode(name: str) -> tuple[list[TableMap], list[RowsEvent]]:
     table_maps: list[TableMap] = []
     rows: list[RowsEvent] = []
     size = 6
+    mariadb = False
     for ev in iter_buffer_events(data, source=name):
         if ev.type_code == EventType.FORMAT_DESCRIPTION:
-            size = FormatDescription.parse(ev.data).table_id_size
+            fde = FormatDescription.parse(ev.data)
+            size, mariadb = fde.table_id_size, fde.is_mariadb
         elif ev.type_code == EventType.TABLE_MAP:
-            tm = parse_table_map(ev.body, table_id_size=size)
+            tm = parse_table_map(ev.body, table_id_size=size, mariadb=mariadb)
             maps[tm.table_id] = tm
             table_maps.append(tm)
         elif ev.type_code in ROWS_EVENT_TYPES:

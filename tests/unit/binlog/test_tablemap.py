@@ -178,3 +178,17 @@ def test_truncated_column_types_raise_truncated_error() -> None:
     body = table_map_body(1, "db", "tbl", [T.LONG] * 10, [b""] * 10)
     with pytest.raises(TruncatedError):
         parse_table_map(body[:22])
+
+
+def test_mariadb_signedness_covers_year_and_charsets_cover_geometry() -> None:
+    # MariaDB: YEAR is a Field_num (a signedness bit), GEOMETRY a Field_blob (a charset).
+    types = [T.YEAR, T.LONG, T.GEOMETRY, T.VARCHAR]
+    metas = [b"", b"", b"\x04", (40).to_bytes(2, "little")]
+    optional = [(1, bytes([0b0100_0000])), (3, packed_int(63) + packed_int(45))]
+    body = table_map_body(1, "d", "t", types, metas, optional=optional)
+    maria = parse_table_map(body, mariadb=True)
+    assert maria.signedness == (False, True, False, False)
+    assert maria.charsets == (None, None, 63, 45)
+    mysql = parse_table_map(body)
+    assert mysql.signedness == (False, False, False, False)  # LONG is the only numeric bit
+    assert mysql.charsets == (None, None, None, 63)
