@@ -24,6 +24,20 @@ from headwater.binlog.jsonb import parse_json_diffs
 from headwater.binlog.tablemap import TableMap
 from headwater.errors import BinlogFormatError
 
+__all__ = [
+    "Col",
+    "ColumnDef",
+    "Fixed",
+    "PartialJson",
+    "Spec",
+    "Var",
+    "column_plan",
+    "column_spec",
+    "decimal_size",
+    "json_diffs",
+    "vector",
+]
+
 log = logging.getLogger(__name__)
 _T = ColumnType
 
