@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from headwater.position import MysqlGtidSet, Position
-from headwater.store import AtTime, ChangeLog, Record, Start, StoreOptions
+from headwater.store import AtTime, ChangeLog, Durability, Record, Start, StoreOptions
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
@@ -47,11 +47,13 @@ def record(i: int, payload: bytes) -> Record:
     )
 
 
-def append_throughput(base: str, size: int, count: int) -> float:
+def append_throughput(
+    base: str, size: int, count: int, options: StoreOptions | None = None, label: str = ""
+) -> float:
     payload = os.urandom(size)
     recs = [record(i, payload) for i in range(1, count + 1)]
     d = tempfile.mkdtemp(dir=base)
-    log = ChangeLog.open(d, StoreOptions())
+    log = ChangeLog.open(d, options or StoreOptions())
     t0 = time.perf_counter()
     append = log.append_nowait
     for r in recs:
@@ -72,12 +74,35 @@ def append_throughput(base: str, size: int, count: int) -> float:
     mb = size * count / 1e6
     ratio = plain_s / store_s
     print(
-        f"append {size // 1024:>2} KB x {count}: store {mb / store_s:7.1f} MB/s "
+        f"append{label} {size // 1024:>2} KB x {count}: store {mb / store_s:7.1f} MB/s "
         f"{count / store_s:9.0f} rec/s | plain write {mb / plain_s:7.1f} MB/s "
         f"{count / plain_s:9.0f} rec/s | ratio {ratio:.2f}",
         flush=True,
     )
     return ratio
+
+
+def recovery_time(base: str, megabytes: int) -> None:
+    """Reopen time of a log whose active segment holds ``megabytes`` MB of 1 KB records."""
+    d = tempfile.mkdtemp(dir=base)
+    opts = StoreOptions(segment_bytes=4 << 30, durability=Durability.NONE)
+    payload = os.urandom(1000)
+    log = ChangeLog.open(d, opts)
+    append = log.append_nowait
+    n = megabytes * 1_000_000 // 1100
+    for i in range(1, n + 1):
+        append(record(i, payload))
+    log.close()
+    size = sum(m.file_bytes for m in ChangeLog.open(d, opts, read_only=True).segments())
+    t0 = time.perf_counter()
+    log = ChangeLog.open(d, opts)
+    took = time.perf_counter() - t0
+    assert log.acked_seq == n and len(log.segments()) == 1
+    log.close()
+    shutil.rmtree(d)
+    print(
+        f"recovery of a {size / 1e9:.2f} GB active segment ({n} records): {took:.2f}s", flush=True
+    )
 
 
 def expected_time_seq(target: int, n: int) -> int:
@@ -152,6 +177,9 @@ def main() -> None:
         scale = 1 if args.quick else 5
         r1 = append_throughput(base, 1024, 100_000 * scale)
         r64 = append_throughput(base, 64 * 1024, 1600 * scale)
+        none = StoreOptions(durability=Durability.NONE)
+        append_throughput(base, 1024, 100_000 * scale, none, " (durability=none, for CPU cost)")
+        recovery_time(base, 100 if args.quick else 1000)
         lookups(base, 200_000 if args.quick else 5_000_000, 1000)
     finally:
         shutil.rmtree(base, ignore_errors=True)

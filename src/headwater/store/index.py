@@ -98,11 +98,15 @@ def gtid_key(gtid: str) -> tuple[int, bytes, int] | None:
                 ident = uuid.UUID(head).bytes
                 if len(_ID_CACHE) < 1024:
                     _ID_CACHE[head] = ident
-            return KIND_MYSQL, ident, int(num)
+            n = int(num)
+            return None if n < 0 else (KIND_MYSQL, ident, n)
         parts = gtid.split("-")
         if len(parts) != 3:
             return None
-        return KIND_MARIADB, struct.pack("<I", int(parts[0])) + bytes(12), int(parts[2])
+        domain, seq = int(parts[0]), int(parts[2])
+        if domain < 0 or seq < 0 or domain > 0xFFFFFFFF:
+            return None
+        return KIND_MARIADB, struct.pack("<I", domain) + bytes(12), seq
     except ValueError:
         return None
 
@@ -328,6 +332,8 @@ class IndexBuilder:
         self.summary: dict[GtidKey, tuple[int, int]] = {}
         self.has_other = False
         self.count = 0
+        self._pfx = ""
+        self._pfx_key: GtidKey = (KIND_NONE, b"")
 
     def add(self, seq: int, off: int, pos: PosTuple, ts: int, gtid: str, size: int) -> None:
         view = self.view
@@ -347,13 +353,26 @@ class IndexBuilder:
         self.count += 1
         if ts > self.max_ts:
             self.max_ts = ts
-        key = gtid_key(gtid)
-        if key is None:
-            self.has_other = True
-            self.block_mixed = True
-            return
-        kind, ident, num = key
-        k = (kind, ident)
+        # Fast path: consecutive GTIDs share their uuid / domain-server prefix.
+        pfx = self._pfx
+        if pfx and gtid.startswith(pfx):
+            try:
+                num = int(gtid[len(pfx) :])
+            except ValueError:
+                num = -1
+            k = self._pfx_key
+        else:
+            num = -1
+        if num < 0:
+            key = gtid_key(gtid)
+            if key is None:
+                self.has_other = True
+                self.block_mixed = True
+                return
+            kind, ident, num = key
+            k = (kind, ident)
+            self._pfx = gtid[: max(gtid.rfind(":"), gtid.rfind("-")) + 1]
+            self._pfx_key = k
         cur = self.summary.get(k)
         if cur is None:
             self.summary[k] = (num, num)

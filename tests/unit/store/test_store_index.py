@@ -28,7 +28,8 @@ U2 = "11111111-2222-3333-4444-555555555555"
 def test_gtid_key_parses_both_flavours_and_rejects_garbage() -> None:
     assert gtid_key(f"{U1}:7") == (1, uuid.UUID(U1).bytes, 7)
     assert gtid_key("3-9-12") == (2, (3).to_bytes(4, "little") + bytes(12), 12)
-    assert [gtid_key(g) for g in ("", "junk", "1-2", f"{U1}:x")] == [None] * 4
+    bad = ("", "junk", "1-2", f"{U1}:x", f"{U1}:-5", "-1-1-1", "1-1--3")
+    assert [gtid_key(g) for g in bad] == [None] * len(bad)
 
 
 def test_wanted_covers_ranges() -> None:
