@@ -153,7 +153,8 @@ ROWS_EVENT_TYPES = frozenset(
 
 
 def _parse_table_map(raw: RawEvent, ctx: DecodeContext) -> TableMap:
-    table_map = parse_table_map(raw.body, table_id_size=ctx.table_id_size)
+    mariadb = ctx.fde is not None and ctx.fde.is_mariadb
+    table_map = parse_table_map(raw.body, table_id_size=ctx.table_id_size, mariadb=mariadb)
     ctx.table_maps[table_map.table_id] = table_map
     return table_map
 

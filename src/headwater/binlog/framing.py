@@ -223,7 +223,9 @@ def iter_buffer_events(
     """Frame the events of a whole binlog file held in memory.
 
     The FORMAT_DESCRIPTION at offset 4 is always read first (it says whether events carry
-    checksums), even when ``start`` is later. Events are yielded from ``start`` on; each
+    checksums), even when ``start`` is later; then framing jumps to ``start``, which must
+    be the offset of an event (a later FORMAT_DESCRIPTION in between, as in a relay log
+    after a server restart, is not seen). Events are yielded from ``start`` on; each
     ``data`` is a zero-copy view into ``buf``. A FORMAT_DESCRIPTION later in the file (after
     a server restart in a relay log) replaces the first one for the events after it.
     Raises :class:`TruncatedError` when the buffer ends inside an event and
@@ -260,6 +262,16 @@ def iter_buffer_events(
                 event_type=event_type_name(type_code),
             )
         whole = view[pos : pos + size]
+        if pos == start > 4 and fde is not None and not fde.checksum_size:
+            # Nothing else vouches for the first event after a seek in a file without
+            # checksums: in a binlog (not a relay log) log_pos is where the next event starts.
+            if log_pos != pos + size:
+                raise BinlogFormatError(
+                    f"start offset {start} is not the start of an event "
+                    f"(header says event_size {size}, log_pos {log_pos})",
+                    source=source,
+                    offset=pos,
+                )
         if type_code == EventType.FORMAT_DESCRIPTION:
             # Kept whole: its footer carries the checksum algorithm, and
             # FormatDescription.parse verifies the CRC itself.
@@ -282,7 +294,13 @@ def iter_buffer_events(
             data = whole[: size - fde.checksum_size]
         if pos >= start:
             yield RawEvent(pos, ts, type_code, server_id, log_pos, flags, data)
-        pos += size
+            pos += size
+        elif type_code == EventType.FORMAT_DESCRIPTION and start < end:
+            # Seek, as mariadb-binlog --start-position does: the events in between are not
+            # read. A start that is not an event boundary fails on the bytes found there.
+            pos = start
+        else:
+            pos += size
 
 
 def iter_file_events(

@@ -121,14 +121,28 @@ def test_start_applies_to_the_first_file_only(capsys: pytest.CaptureFixture[str]
     assert next(r for r in records if r["file"] != str(first))["offset"] == 4
 
 
-def test_start_inside_an_event_begins_at_the_next_event(
+@pytest.mark.parametrize("name", ["mysql_type_bit.000001", "write-full-row.binlog"])
+def test_start_inside_an_event_is_an_error_naming_the_offset(
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    # CRC32 (mysql_type_bit) and no checksum (write-full-row): both refuse a start offset
+    # that is not an event boundary instead of printing garbage.
+    code, out, err = run(capsys, "binlog", "dump", "--json", "--start", "130", str(MYSQL / name))
+    assert code == 2
+    assert "offset 130" in err
+    assert out == ""
+
+
+def test_start_at_an_event_boundary_skips_what_is_before(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     path = str(MYSQL / "mysql_type_bit.000001")
     _, whole, _ = run(capsys, "binlog", "dump", "--json", path)
-    code, out, err = run(capsys, "binlog", "dump", "--json", "--start", "5", path)
+    events = json_lines(whole)
+    third = events[2]["offset"]
+    code, out, err = run(capsys, "binlog", "dump", "--json", "--start", str(third), path)
     assert (code, err) == (0, "")
-    assert json_lines(out) == json_lines(whole)[1:]
+    assert json_lines(out) == events[2:]
 
 
 def test_gzip_files_are_read(capsys: pytest.CaptureFixture[str]) -> None:
