@@ -278,7 +278,9 @@ class ChangeLog:
     def append_nowait(self, record: Record) -> int:
         """Queue a record for the next group commit; returns its seq without waiting.
 
-        Use :meth:`wait_acked` or :attr:`acked_seq` to learn when it is acknowledged.
+        Use :meth:`wait_acked` or :attr:`acked_seq` to learn when it is acknowledged. The
+        record object itself is kept in the memory tail and handed to in-process readers:
+        do not change it after appending.
         """
         opts = self._opts
         if len(record.payload) > opts.max_record_bytes:
