@@ -93,7 +93,7 @@ def recovery_time(base: str, megabytes: int) -> None:
     for i in range(1, n + 1):
         append(record(i, payload))
     log.close()
-    size = sum(m.file_bytes for m in ChangeLog.open(d, opts, read_only=True).segments())
+    size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".seg"))
     t0 = time.perf_counter()
     log = ChangeLog.open(d, opts)
     took = time.perf_counter() - t0
