@@ -128,8 +128,19 @@ _ROTATE = int(EventType.ROTATE)
 _FDE = int(EventType.FORMAT_DESCRIPTION)
 _HEARTBEATS = (int(EventType.HEARTBEAT), int(EventType.HEARTBEAT_V2))
 
+#: Packet header, the 0x00 marker and the event header, read with one unpack.
+_FAST_HEAD = struct.Struct("<IB" + EVENT_HEADER.format[1:])
+_FAST_HEAD_SIZE = _FAST_HEAD.size  # 24
+#: CRC-32 of any message followed by its own little-endian CRC-32: checking an event
+#: whole against it needs no unpack of the stored checksum.
+_CRC_RESIDUE = 0x2144DF1C
+#: Event types the fast path leaves to the general one (they change the stream state).
+_SLOW_TYPES = bytes(1 if t in (_FDE, _ROTATE, *_HEARTBEATS) else 0 for t in range(256))
+
 #: Smallest free space worth a ``recv_into`` before moving to a fresh buffer.
 _MIN_RECV = 64 * 1024
+#: Old buffers kept for reuse.
+_POOL_SIZE = 3
 
 
 # --- commands -------------------------------------------------------------------------------
@@ -302,9 +313,11 @@ class EventFramer:
         self.format_description: FormatDescription | None = None
         self.heartbeats = 0
         self.last_heartbeat: BinlogCoordinate | None = None
-        self.events_framed = 0
         self.bytes_received = 0
+        self.reads = 0  # recv_into calls that returned data
         self.finished = False  # an EOF packet ended a NON_BLOCK dump
+        self._pool: list[bytearray] = []
+        self.buffers_allocated = 1
 
     # The hot loop is one function on purpose: locals are fast, attribute look-ups are not.
     def events(self) -> Iterator[ClientEvent]:
@@ -325,9 +338,58 @@ class EventFramer:
         include_heartbeats = self.include_heartbeats
         blocking = self.blocking
         pending: bytearray | None = None  # event bytes of a multi-packet event so far
+        unpack_fast = _FAST_HEAD.unpack_from
+        new_tuple = tuple.__new__  # NamedTuple construction without the Python __new__
+        slow_types = _SLOW_TYPES
+        crc_on = alg == CHECKSUM_ALG_CRC32
         while True:
             # Frame every complete packet in buf[start:end].
             while end - start >= 4:
+                if end - start >= _FAST_HEAD_SIZE:
+                    # Fast path: the common event, whole in one packet, no bookkeeping
+                    # beyond its position. Anything else takes the general path below.
+                    word, marker, ts, tc, sid, ev_size, log_pos, flags = unpack_fast(buf, start)
+                    length = word & 0xFFFFFF
+                    stop = start + 4 + length
+                    if stop > end:
+                        break
+                    if (
+                        ev_size == length - 1
+                        and word >> 24 == seq
+                        and not marker
+                        and length < MAX_PACKET_LEN
+                        and pending is None
+                        and not slow_types[tc]
+                        and log_pos >= ev_size >= 23
+                        and not flags & LOG_EVENT_ARTIFICIAL_F
+                    ):
+                        p = start + 5
+                        start = stop
+                        seq = (seq + 1) & 0xFF
+                        offset = log_pos - ev_size
+                        if crc_on:
+                            if verify and crc32(view[p:stop]) != _CRC_RESIDUE:
+                                raise ChecksumError(
+                                    "CRC32 mismatch",
+                                    source=source,
+                                    offset=offset,
+                                    event_type=event_type_name(tc),
+                                )
+                            data = view[p : stop - 4]
+                        else:
+                            data = view[p:stop]
+                        pos = self.position = log_pos
+                        yield new_tuple(
+                            ClientEvent,
+                            (
+                                file,
+                                offset,
+                                file,
+                                log_pos,
+                                new_tuple(RawEvent, (offset, ts, tc, sid, log_pos, flags, data)),
+                            ),
+                        )
+                        continue
                 (word,) = unpack_u32(buf, start)
                 length = word & 0xFFFFFF
                 p = start + 4
@@ -398,6 +460,7 @@ class EventFramer:
                         raise e.located(source=source, offset=offset) from None
                     self.format_description = fde
                     alg = fde.checksum_alg
+                    crc_on = alg == CHECKSUM_ALG_CRC32
                     data = ev
                 elif alg == CHECKSUM_ALG_CRC32:
                     n -= 4
@@ -431,7 +494,6 @@ class EventFramer:
                         yield ClientEvent(file, pos, file, pos, raw)
                     continue
                 raw = RawEvent(offset, ts, tc, sid, log_pos, flags, data)
-                self.events_framed += 1
                 if tc == _ROTATE:
                     if n < EVENT_HEADER_SIZE + 8:
                         raise TruncatedError("ROTATE without its position", source=source)
@@ -456,17 +518,20 @@ class EventFramer:
                 self.position = pos
                 yield item
 
-            # Need more bytes. Move the unframed tail to a fresh buffer when the free space
-            # is small or the packet under way cannot fit (never overwrite framed bytes:
-            # yielded events may still point into them).
+            # Need more bytes. Move the unframed tail to another buffer when the free space
+            # is small or the packet under way cannot fit (never overwrite bytes that
+            # yielded events may still point into).
             need = 4
             if end - start >= 4:
                 need = 4 + (unpack_u32(buf, start)[0] & 0xFFFFFF)
             if size - end < _MIN_RECV or start + need > size:
-                size = max(self.buffer_size, need + _MIN_RECV)
-                fresh = bytearray(size)
+                fresh = self._spare(max(self.buffer_size, need + _MIN_RECV))
                 fresh[: end - start] = view[start:end]
-                buf, view = fresh, memoryview(fresh)
+                # Drop every reference of ours into the old buffer, so that it can be
+                # reused as soon as the consumer has dropped the events that point into it.
+                ev = data = view = raw = item = None  # type: ignore[assignment]
+                self._pool.append(buf)
+                buf, view, size = fresh, memoryview(fresh), len(fresh)
                 end -= start
                 start = 0
             try:
@@ -484,6 +549,31 @@ class EventFramer:
                 raise self.on_close(f"{source}: the server closed the connection")
             end += got
             self.bytes_received += got
+            self.reads += 1
+
+    def _spare(self, size: int) -> bytearray:
+        """A buffer of at least ``size`` bytes that no event points into any more.
+
+        Fresh memory costs a page fault and the kernel's zeroing per page -- a full extra
+        pass over the stream -- so buffers are reused once nothing exports them. A
+        bytearray cannot change size while a memoryview of it is alive: shrinking one
+        by a byte (and restoring it) is the test.
+        """
+        pool = self._pool
+        for i, candidate in enumerate(pool):
+            if len(candidate) < size:
+                continue
+            try:
+                last = candidate.pop()
+            except BufferError:
+                continue  # some event still points into it
+            candidate.append(last)
+            del pool[i]
+            return candidate
+        if len(pool) > _POOL_SIZE:
+            del pool[0]  # still exported: the events that hold it keep it alive
+        self.buffers_allocated += 1
+        return bytearray(size)
 
     def _save(self, file: str, pos: int, alg: int) -> None:
         self.file = file

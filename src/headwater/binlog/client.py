@@ -362,6 +362,11 @@ class BinlogClient:
     def bytes_received(self) -> int:
         return 0 if self._framer is None else self._framer.bytes_received
 
+    @property
+    def framer(self) -> EventFramer | None:
+        """The framer of the dump (its counters: reads, bytes, heartbeats, buffers)."""
+        return self._framer
+
     # -- steps -----------------------------------------------------------------------------
 
     def _open(self) -> Any:

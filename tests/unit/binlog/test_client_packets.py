@@ -289,9 +289,30 @@ def test_events_stay_valid_after_the_buffer_is_replaced() -> None:
         ev = event(EventType.WRITE_ROWS, ev[19:-4], log_pos=pos + len(ev))
         payloads.append(ev)
         pos += len(ev)
-    got = list(frame(packets([ok(p) for p in payloads], eof=True), lambda _: 5000).events())
+    framer = frame(packets([ok(p) for p in payloads], eof=True), lambda _: 5000)
+    got = list(framer.events())
     assert [bytes(e.raw.data) for e in got[2:]] == [p[:-4] for p in payloads[2:]]
     assert got[-1].next_offset == pos
+    assert framer.buffers_allocated > 20  # none could be reused: the list holds them all
+
+
+def test_buffers_are_reused_once_the_consumer_drops_their_events() -> None:
+    first = fde(offset=4)
+    payloads = [rotate("f.000001", 4), first]
+    pos = 4 + len(first)
+    for i in range(2000):
+        ev = event(EventType.WRITE_ROWS, bytes([i % 251]) * 1000, log_pos=pos + 1023)
+        payloads.append(ev)
+        pos += len(ev)
+    framer = frame(packets([ok(p) for p in payloads], eof=True), lambda _: 5000)
+    expected = iter(payloads)
+    for e in framer.events():  # each event checked, then dropped
+        whole = next(expected)
+        assert e.raw.data == (
+            whole if e.raw.type_code == EventType.FORMAT_DESCRIPTION else whole[:-4]
+        )
+    # ~2 MB through 64 KiB buffers: without reuse that would take ~32 of them
+    assert framer.buffers_allocated <= 3
 
 
 @pytest.mark.parametrize("body_size", [2 * MAX_PACKET_LEN + 1000, MAX_PACKET_LEN - 1 - 19 - 4])
