@@ -237,7 +237,8 @@ def test_blocking_dump_sees_new_events_and_heartbeats_while_idle(
                 heartbeats.append(event)
                 if len(heartbeats) == 3:
                     break
-            else:
+            elif event.raw.type_code != EventType.BINLOG_CHECKPOINT:
+                # (MariaDB may write a BINLOG_CHECKPOINT late for an earlier rotation)
                 kinds.append(event.raw.type_name)
         end = mariadb.binlog_position()
     assert kinds == ["ROTATE", "FORMAT_DESCRIPTION", "MARIADB_GTID", "QUERY"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -472,10 +473,7 @@ def test_silence_timeout_follows_the_heartbeat() -> None:
     assert ClientOptions(server_id=1, read_timeout=3).silence_timeout == 3
 
 
-def test_options_from_url_takes_the_password_from_arg_file_or_env(tmp_path: object) -> None:
-    import pathlib
-
-    assert isinstance(tmp_path, pathlib.Path)
+def test_options_from_url_takes_the_password_from_arg_file_or_env(tmp_path: Path) -> None:
     secret = tmp_path / "pw"
     secret.write_text("from-file\n")
     env = {PASSWORD_ENV: "from-env"}
