@@ -21,7 +21,16 @@ from headwater.binlog.constants import EventType
 from headwater.binlog.framing import FormatDescription
 from headwater.binlog.tablemap import TableMap
 
-__all__ = ["DEFAULT_MAX_UNCOMPRESSED", "BinlogEvent", "ColumnsSupplier", "DecodeContext"]
+#: Entries kept in :attr:`DecodeContext.table_map_cache` before it is emptied.
+TABLE_MAP_CACHE_SIZE = 4096
+
+__all__ = [
+    "DEFAULT_MAX_UNCOMPRESSED",
+    "TABLE_MAP_CACHE_SIZE",
+    "BinlogEvent",
+    "ColumnsSupplier",
+    "DecodeContext",
+]
 
 #: Default cap on a decompressed TRANSACTION_PAYLOAD or QUERY_COMPRESSED body (1 GiB).
 DEFAULT_MAX_UNCOMPRESSED = 1 << 30
@@ -75,6 +84,9 @@ class DecodeContext:
     columns: ColumnsSupplier | None = None
     source: str | None = None
     max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
+    #: Parsed TABLE_MAPs by their body bytes: the server logs the same TABLE_MAP before
+    #: every statement, and parsing one costs far more than hashing its bytes. Bounded.
+    table_map_cache: dict[bytes, TableMap] = field(default_factory=dict)
 
     def post_header_length(self, type_code: int) -> int:
         if self.fde is not None:

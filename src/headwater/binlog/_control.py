@@ -95,6 +95,8 @@ class FormatDescriptionEvent(BinlogEvent):
 
 def parse_format_description(raw: RawEvent, ctx: DecodeContext) -> FormatDescriptionEvent:
     fde = FormatDescription.parse(raw.data, source=ctx.source, offset=raw.offset)
+    if ctx.fde != fde:
+        ctx.table_map_cache.clear()  # parsing depends on the table id size and flavour
     ctx.fde = fde
     return FormatDescriptionEvent(fde)
 

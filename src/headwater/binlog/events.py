@@ -33,6 +33,7 @@ import zstandard
 
 from headwater.binlog._context import (
     DEFAULT_MAX_UNCOMPRESSED,
+    TABLE_MAP_CACHE_SIZE,
     BinlogEvent,
     ColumnsSupplier,
     DecodeContext,
@@ -153,8 +154,15 @@ ROWS_EVENT_TYPES = frozenset(
 
 
 def _parse_table_map(raw: RawEvent, ctx: DecodeContext) -> TableMap:
-    mariadb = ctx.fde is not None and ctx.fde.is_mariadb
-    table_map = parse_table_map(raw.body, table_id_size=ctx.table_id_size, mariadb=mariadb)
+    body = bytes(raw.body)
+    cache = ctx.table_map_cache
+    table_map = cache.get(body)
+    if table_map is None:
+        mariadb = ctx.fde is not None and ctx.fde.is_mariadb
+        table_map = parse_table_map(body, table_id_size=ctx.table_id_size, mariadb=mariadb)
+        if len(cache) >= TABLE_MAP_CACHE_SIZE:
+            cache.clear()
+        cache[body] = table_map
     ctx.table_maps[table_map.table_id] = table_map
     return table_map
 

@@ -262,16 +262,15 @@ def iter_buffer_events(
                 event_type=event_type_name(type_code),
             )
         whole = view[pos : pos + size]
-        if pos == start > 4 and fde is not None and not fde.checksum_size:
-            # Nothing else vouches for the first event after a seek in a file without
-            # checksums: in a binlog (not a relay log) log_pos is where the next event starts.
-            if log_pos != pos + size:
-                raise BinlogFormatError(
-                    f"start offset {start} is not the start of an event "
-                    f"(header says event_size {size}, log_pos {log_pos})",
-                    source=source,
-                    offset=pos,
-                )
+        # Nothing else vouches for the first event after a seek in a file without
+        # checksums: in a binlog (not a relay log) log_pos is where the next event starts.
+        if pos == start > 4 and fde is not None and not fde.checksum_size and log_pos != pos + size:
+            raise BinlogFormatError(
+                f"start offset {start} is not the start of an event "
+                f"(header says event_size {size}, log_pos {log_pos})",
+                source=source,
+                offset=pos,
+            )
         if type_code == EventType.FORMAT_DESCRIPTION:
             # Kept whole: its footer carries the checksum algorithm, and
             # FormatDescription.parse verifies the CRC itself.
