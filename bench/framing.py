@@ -121,6 +121,8 @@ def headwater_drain(
         if client.heartbeats:
             print(f"  ({client.heartbeats} heartbeat(s) in the dump, {client.last_heartbeat})")
         assert client.framer is not None
+        if client.framer.buffers_allocated > 4:
+            print(f"  ({client.framer.buffers_allocated} buffers allocated)")
         return client.bytes_received, client.framer.reads, events, elapsed
 
 
