@@ -43,7 +43,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from decimal import Decimal
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
@@ -57,9 +57,13 @@ from headwater.binlog.events import (
     TransactionPayloadEvent,
     UnknownEvent,
     iter_events,
+    parse_expanded,
 )
 from headwater.binlog.framing import RawEvent
 from headwater.position import MariadbGtidPos, MysqlGtidSet
+
+if TYPE_CHECKING:
+    from headwater.binlog.client import BinlogClient
 
 __all__ = [
     "dump_files",
@@ -243,5 +247,33 @@ def dump_files(
                 else:
                     out.write(render_text(record).encode("utf-8", "backslashreplace") + b"\n")
                 written += 1
+    out.flush()
+    return written
+
+
+def dump_live(
+    client: BinlogClient, out: IO[bytes], *, as_json: bool = True, limit: int | None = None
+) -> int:
+    """Write the records of a live dump to ``out``, as :func:`dump_files` does for files.
+
+    Heartbeats are not printed; artificial events (the fake ROTATE and FORMAT_DESCRIPTION
+    the server sends first) are, with ``offset`` null. Stops at the end of the log unless
+    the client is blocking, or after ``limit`` records. Output is flushed after each event
+    so that a follower sees changes as they come.
+    """
+    written = 0
+    ctx = DecodeContext(source=client.options.address)
+    for ev in client.events():
+        for raw, event in parse_expanded(ev.raw, ctx):
+            for record in event_records(raw, event, file=ev.file):
+                if as_json:
+                    out.write(render_json(record))
+                else:
+                    out.write(render_text(record).encode("utf-8", "backslashreplace") + b"\n")
+                written += 1
+                if limit is not None and written >= limit:
+                    out.flush()
+                    return written
+        out.flush()
     out.flush()
     return written

@@ -124,6 +124,7 @@ __all__ = [
     "iter_events",
     "iter_payload_events",
     "parse_event",
+    "parse_expanded",
 ]
 
 log = logging.getLogger(__name__)
@@ -281,13 +282,18 @@ def iter_events(
             parse_event(raw, ctx)  # the FORMAT_DESCRIPTION: sets ctx.fde
             break
     for raw in frames(start):
-        event = parse_event(raw, ctx)
-        yield raw, event
-        if isinstance(event, TransactionPayloadEvent):
-            for inner in iter_payload_events(
-                raw, event, max_size=ctx.max_uncompressed, source=ctx.source
-            ):
-                yield inner, parse_event(inner, ctx)
+        yield from parse_expanded(raw, ctx)
+
+
+def parse_expanded(raw: RawEvent, ctx: DecodeContext) -> Iterator[tuple[RawEvent, Event]]:
+    """:func:`parse_event`, followed by the inner events of a TRANSACTION_PAYLOAD."""
+    event = parse_event(raw, ctx)
+    yield raw, event
+    if isinstance(event, TransactionPayloadEvent):
+        for inner in iter_payload_events(
+            raw, event, max_size=ctx.max_uncompressed, source=ctx.source
+        ):
+            yield inner, parse_event(inner, ctx)
 
 
 def _read_if_gzip(path: str) -> bytes | None:

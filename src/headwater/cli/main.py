@@ -102,6 +102,11 @@ def _register_binlog(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="replica server_id to register with (must be unique)",
     )
     live.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep waiting for new events at the end of the log (default: stop there)",
+    )
+    live.add_argument(
         "--password-file",
         metavar="PATH",
         help="file whose first line is the password (else the "
@@ -151,6 +156,7 @@ def _binlog_dump(args: argparse.Namespace) -> int:
             ("--gtid", args.gtid),
             ("--server-id", args.server_id),
             ("--password-file", args.password_file),
+            ("--follow", args.follow or None),
         )
         if value is not None
     ]
@@ -158,11 +164,11 @@ def _binlog_dump(args: argparse.Namespace) -> int:
         if args.files:
             raise _UsageError("give FILE arguments or --source, not both")
         _check_source_url(args.source)
-        # The replica client (headwater.binlog.client) is not part of this build yet; live
-        # mode is wired here when it lands.
-        raise _UsageError(
-            "--source: live mode needs headwater.binlog.client, which this build does not have yet"
-        )
+        if args.server_id is None:
+            raise _UsageError("--source needs --server-id N, unique among the source's replicas")
+        if args.from_ is not None and args.gtid is not None:
+            raise _UsageError("give --from or --gtid, not both")
+        return _binlog_dump_live(args)
     if live_options:
         raise _UsageError(f"{', '.join(live_options)} only apply with --source")
     if not args.files:
@@ -170,6 +176,23 @@ def _binlog_dump(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     sys.stdout.flush()
     dump_files(args.files, out, start=args.start, as_json=args.json)
+    return EXIT_OK
+
+
+def _binlog_dump_live(args: argparse.Namespace) -> int:
+    from headwater.binlog.client import BinlogClient, options_from_url
+    from headwater.binlog.dump import dump_live
+
+    options = options_from_url(
+        args.source,
+        server_id=args.server_id,
+        password_file=args.password_file,
+        start=args.gtid if args.gtid is not None else args.from_,
+        blocking=args.follow,
+    )
+    sys.stdout.flush()
+    with BinlogClient(options) as client:
+        dump_live(client, sys.stdout.buffer, as_json=args.json)
     return EXIT_OK
 
 

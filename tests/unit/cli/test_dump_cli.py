@@ -158,7 +158,21 @@ def test_gzip_files_are_read(capsys: pytest.CaptureFixture[str]) -> None:
         (["--gtid", "0-1-5", "x"], "--gtid only apply with --source"),
         (["--source", "mysql://u@h:3306", "x"], "not both"),
         (["--source", "http://h"], "expected mysql://user@host:port"),
-        (["--source", "mysql://u:secret@h:3306"], "live mode needs headwater.binlog.client"),
+        (["--source", "mysql://u@h:3306"], "needs --server-id"),
+        (
+            [
+                "--source",
+                "mysql://u@h:3306",
+                "--server-id",
+                "5",
+                "--from",
+                "f.1:4",
+                "--gtid",
+                "0-1-1",
+            ],
+            "--from or --gtid, not both",
+        ),
+        (["--follow", "x"], "--follow only apply with --source"),
     ],
 )
 def test_usage_errors_exit_2(
@@ -169,6 +183,16 @@ def test_usage_errors_exit_2(
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert message in err
+    assert "secret" not in err
+
+
+def test_password_in_url_is_refused_without_echoing_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["binlog", "dump", "--source", "mysql://u:secret@h:3306", "--server-id", "5"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "carries a password" in err
     assert "secret" not in err
 
 
