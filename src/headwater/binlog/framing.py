@@ -27,10 +27,13 @@ import mmap
 import os
 import re
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
+
+# ISA-L's CRC32 is the zlib polynomial (the binlog's, sql/log_event.cc checksum_crc32),
+# 3-7x faster than zlib's on event-sized buffers.
+from isal.isal_zlib import crc32
 
 from headwater.binlog.constants import (
     BINLOG_MAGIC,
@@ -170,7 +173,7 @@ class FormatDescription:
                 # sql/log_event.cc). Verify the same way.
                 signed = bytearray(view[: size - 4])
                 signed[_FLAGS_OFFSET] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF
-                if zlib.crc32(signed) != stored:
+                if crc32(signed) != stored:
                     raise fail(ChecksumError, "CRC32 mismatch")
             elif alg != CHECKSUM_ALG_OFF:
                 raise fail(BinlogFormatError, f"unknown checksum algorithm {alg}")
@@ -206,7 +209,7 @@ def strip_checksum(
     if end < EVENT_HEADER_SIZE:
         raise TruncatedError("event shorter than header and checksum", source=source, offset=offset)
     (stored,) = _CRC.unpack_from(event, end)
-    if zlib.crc32(event[:end]) != stored:
+    if crc32(event[:end]) != stored:
         raise ChecksumError(
             "CRC32 mismatch", source=source, offset=offset, event_type=event_type_name(event[4])
         )
