@@ -1,0 +1,268 @@
+"""Stored transactions and the change rows consumers see.
+
+The reader stores each committed transaction as one store record (``headwater.store``)
+whose payload is the transaction's binlog events, checksums verified and stripped
+(DESIGN.md, decision 1). Payload format, repeated to the end::
+
+    length  u32 LE   bytes of the event that follows
+    event            19-byte common header + body, as the server logged it minus its
+                     checksum (the header's event_size still counts the 4 checksum bytes
+                     when the source used CRC32; the length prefix is the truth)
+
+A chunk of a large transaction holds a run of its events and repeats, at its start, the
+TABLE_MAP events its rows events need, so that every record decodes on its own; its
+``position.event_index`` is the index of its first event in the transaction.
+
+:func:`decode_record` turns a record into :class:`ChangeRow` values: one per changed row,
+and one per DDL statement. Decoding needs the source's FORMAT_DESCRIPTION (table id size,
+post-header lengths, MariaDB or MySQL) and, for tables logged with MINIMAL metadata, the
+column definitions in force at the record's position (a :class:`SchemaLookup`, in practice
+``headwater.schema``'s history).
+
+Order: ``ChangeRow.sequence`` is ``record.seq << 24 | n`` where ``n`` counts the record's
+changes, so sequences order every change of a source (a record holds far fewer than 2**24
+rows: records are bounded in bytes).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from headwater.binlog.codec import ColumnDef
+from headwater.binlog.constants import EVENT_HEADER, EVENT_HEADER_SIZE
+from headwater.binlog.events import DecodeContext, QueryEvent, RowsEvent, parse_event
+from headwater.binlog.framing import FormatDescription, RawEvent, event_type_name
+from headwater.binlog.rows import ROWS_EVENT_TYPES, rows_event_table_id
+from headwater.binlog.tablemap import TableMap
+from headwater.errors import BinlogFormatError, TruncatedError
+from headwater.position import Position
+
+__all__ = [
+    "ChangeRow",
+    "SchemaLookup",
+    "TableFilter",
+    "decode_record",
+    "encode_events",
+    "is_ddl",
+    "iter_payload_events",
+]
+
+_LEN = struct.Struct("<I")
+_unpack_header = EVENT_HEADER.unpack_from
+
+#: Statements in QUERY events that are transaction control, not DDL.
+_NOT_DDL = re.compile(
+    rb"\s*(?:/\*.*?\*/\s*)*(?:BEGIN|COMMIT|ROLLBACK|XA\s|SAVEPOINT|RELEASE\s+SAVEPOINT|"
+    rb"START\s+TRANSACTION)\b",
+    re.IGNORECASE | re.DOTALL,
+)
+
+TableFilter = Callable[[str, str], bool]
+
+
+class SchemaLookup(Protocol):
+    """Column definitions and keys in force at a position (``headwater.schema``)."""
+
+    def columns_for(self, table_map: TableMap, position: Position) -> Sequence[ColumnDef] | None:
+        """The columns of ``table_map``'s table at ``position`` (``None``: unknown)."""
+
+    def primary_key_for(
+        self, database: str, table: str, position: Position
+    ) -> tuple[str, ...] | None:
+        """Names of the primary key columns (``None``: unknown or no key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRow:
+    """One change of one row, or one DDL statement (``op == "ddl"``).
+
+    ``op`` is ``insert``, ``update``, ``delete``, ``read`` (snapshot) or ``ddl``.
+    ``before``/``after`` map column names to values (see docs/formats.md); with a MINIMAL
+    row image they hold only the columns the server logged. ``key`` holds the primary key
+    values (from ``after``, or ``before`` for deletes), ``None`` when the table's key is
+    unknown. ``ts_us`` is the commit timestamp in microseconds; ``txn_id`` the GTID, or
+    ``FILE_NUM:OFFSET`` of the transaction where there is none.
+    """
+
+    source: str
+    database: str
+    table: str
+    op: str
+    ts_us: int
+    position: Position
+    gtid: str
+    txn_id: str
+    sequence: int
+    key: dict[str, Any] | None
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    schema_version: int
+    sql: str | None = None
+
+
+def encode_events(events: Iterable[bytes | memoryview]) -> bytes:
+    """The payload of a record holding ``events`` (each header + body, no checksum)."""
+    parts: list[bytes | memoryview] = []
+    for event in events:
+        parts.append(_LEN.pack(len(event)))
+        parts.append(event)
+    return b"".join(parts)
+
+
+def iter_payload_events(
+    payload: bytes | memoryview, *, source: str = "<record>"
+) -> Iterator[RawEvent]:
+    """The events of a record payload, in order. ``offset`` is each event's offset in
+    its binlog file, from its header (``log_pos - event_size``; ``None`` where the header
+    has no ``log_pos``). Raises :class:`BinlogFormatError` on a malformed payload."""
+    view = memoryview(payload)
+    end = len(view)
+    pos = 0
+    while pos < end:
+        if end - pos < 4:
+            raise TruncatedError("payload ends inside an event length", source=source, offset=pos)
+        (size,) = _LEN.unpack_from(view, pos)
+        pos += 4
+        if size < EVENT_HEADER_SIZE or pos + size > end:
+            raise BinlogFormatError(
+                f"event length {size} does not fit the payload ({end - pos} bytes left)",
+                source=source,
+                offset=pos - 4,
+            )
+        ts, type_code, server_id, event_size, log_pos, flags = _unpack_header(view, pos)
+        offset = log_pos - event_size if log_pos >= event_size > 0 else None
+        yield RawEvent(offset, ts, type_code, server_id, log_pos, flags, view[pos : pos + size])
+        pos += size
+
+
+def is_ddl(query: QueryEvent) -> bool:
+    """Whether a QUERY event is a statement other than transaction control."""
+    return _NOT_DDL.match(query.query_bytes) is None
+
+
+def decode_record(
+    record: Any,
+    *,
+    source: str,
+    fde: FormatDescription | None,
+    schema: SchemaLookup | None = None,
+    want: TableFilter | None = None,
+) -> list[ChangeRow]:
+    """The changes of one stored record (a ``headwater.store.Record``).
+
+    ``want(database, table)`` keeps only the tables it accepts; rows events of other
+    tables are skipped without decoding their rows. Raises
+    :class:`~headwater.errors.BinlogFormatError` naming the record's position on bytes
+    that do not decode.
+    """
+    base: Position = record.position
+    where = f"{source} record {record.seq} at {base}"
+    ctx = DecodeContext(fde=fde, source=where)
+    if schema is not None:
+        ctx.columns = lambda table_map: schema.columns_for(table_map, base)
+    gtid: str = record.gtid
+    txn_id = gtid or f"{base.file_num}:{base.offset}"
+    out: list[ChangeRow] = []
+    n = 0
+    seq0 = record.seq << 24
+    skip_ids: set[int] = set()
+    for index, raw in enumerate(iter_payload_events(record.payload, source=where)):
+        type_code = raw.type_code
+        if type_code in ROWS_EVENT_TYPES and skip_ids:
+            table_id = rows_event_table_id(raw.body, table_id_size=ctx.table_id_size)
+            if table_id in skip_ids:
+                continue
+        try:
+            event = parse_event(raw, ctx)
+        except BinlogFormatError as e:
+            raise e.located(
+                source=where, offset=raw.offset, event_type=event_type_name(type_code)
+            ) from None
+        position = Position(base.change_id, base.file_num, base.offset, base.event_index + index)
+        if isinstance(event, TableMap):
+            if want is not None and not want(event.schema, event.table):
+                skip_ids.add(event.table_id)
+            else:
+                skip_ids.discard(event.table_id)
+        elif isinstance(event, RowsEvent):
+            tm = event.table_map
+            columns = ctx.columns(tm) if ctx.columns is not None else None
+            names = event.column_names(columns)
+            key_names = _key_names(tm, names, schema, position)
+            for before, after in _images(event, names):
+                image = after if after is not None else before
+                key = (
+                    None
+                    if key_names is None or image is None
+                    else {k: image.get(k) for k in key_names}
+                )
+                out.append(
+                    ChangeRow(
+                        source,
+                        tm.schema,
+                        tm.table,
+                        event.kind,
+                        record.ts_us,
+                        position,
+                        gtid,
+                        txn_id,
+                        seq0 | n,
+                        key,
+                        before,
+                        after,
+                        record.schema_version,
+                    )
+                )
+                n += 1
+        elif isinstance(event, QueryEvent) and is_ddl(event):
+            out.append(
+                ChangeRow(
+                    source,
+                    event.schema,
+                    "",
+                    "ddl",
+                    record.ts_us,
+                    position,
+                    gtid,
+                    txn_id,
+                    seq0 | n,
+                    None,
+                    None,
+                    None,
+                    record.schema_version,
+                    event.query,
+                )
+            )
+            n += 1
+    return out
+
+
+def _key_names(
+    tm: TableMap, names: Sequence[str], schema: SchemaLookup | None, position: Position
+) -> tuple[str, ...] | None:
+    if tm.primary_key:
+        return tuple(names[i] for i in tm.primary_key)
+    if schema is not None:
+        return schema.primary_key_for(tm.schema, tm.table, position)
+    return None
+
+
+def _images(
+    event: RowsEvent, names: Sequence[str]
+) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+    before_names = [names[i] for i in event.columns_before]
+    after_names = [names[i] for i in event.columns_after]
+    rows: list[Any] = event.rows
+    if event.kind == "update":
+        for b, a in rows:
+            yield dict(zip(before_names, b, strict=True)), dict(zip(after_names, a, strict=True))
+    elif event.kind == "insert":
+        for a in rows:
+            yield None, dict(zip(after_names, a, strict=True))
+    else:
+        for b in rows:
+            yield dict(zip(before_names, b, strict=True)), None

@@ -1,0 +1,152 @@
+"""Stored transactions decode into change rows: a live MariaDB binlog, grouped into
+transactions the way the reader stores them, through :func:`decode_record`."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from headwater.binlog.constants import EventType
+from headwater.binlog.framing import FormatDescription, iter_file_events
+from headwater.changes import decode_record, encode_events, iter_payload_events
+from headwater.errors import BinlogFormatError
+from headwater.position import Position, binlog_file_number
+from headwater.sandbox import MariadbSandbox
+from headwater.store import Record
+
+
+def _transactions(
+    mariadb: MariadbSandbox, file: str, start: int
+) -> tuple[FormatDescription, list[Record]]:
+    """Group the file's events from ``start`` into records: MARIADB_GTID ... XID, or a
+    GTID followed by one standalone QUERY (DDL)."""
+    fde: FormatDescription | None = None
+    records: list[Record] = []
+    current: list[bytes] = []
+    first_offset = 0
+    gtid = ""
+    ts = 0
+    for raw in iter_file_events(mariadb.binlog_path(file)):
+        if raw.type_code == EventType.FORMAT_DESCRIPTION:
+            fde = FormatDescription.parse(raw.data)
+            continue
+        if raw.offset is None or raw.offset < start:
+            continue
+        if raw.type_code == EventType.MARIADB_GTID:
+            current, first_offset, ts = [], raw.offset, raw.timestamp
+            seq_no, domain = (
+                int.from_bytes(raw.body[:8], "little"),
+                int.from_bytes(raw.body[8:12], "little"),
+            )
+            gtid = f"{domain}-{raw.server_id}-{seq_no}"
+            standalone = raw.body[12] & 1
+            current.append(bytes(raw.data))
+            continue
+        current.append(bytes(raw.data))
+        if raw.type_code == EventType.XID or (raw.type_code == EventType.QUERY and standalone):
+            records.append(
+                Record(
+                    Position(0, binlog_file_number(file), first_offset),
+                    encode_events(current),
+                    ts_us=ts * 1_000_000,
+                    gtid=gtid,
+                    seq=len(records) + 1,
+                )
+            )
+    assert fde is not None
+    return fde, records
+
+
+def test_transactions_decode_to_change_rows(mariadb: MariadbSandbox, db: str) -> None:
+    file, start = mariadb.binlog_position()
+    mariadb.execute(
+        f"CREATE TABLE `{db}`.acct (id INT PRIMARY KEY, owner VARCHAR(20), bal DECIMAL(8,2),"
+        " seen DATETIME(3))",
+        f"CREATE TABLE `{db}`.audit (n INT)",
+    )
+    conn = mariadb.connect(db)
+    with conn.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute(
+            "INSERT INTO acct VALUES (1, 'ann', 10.50, '2024-01-02 03:04:05.678'),"
+            " (2, 'bob', -3.00, NULL)"
+        )
+        cur.execute("INSERT INTO audit VALUES (7)")
+        cur.execute("UPDATE acct SET bal = bal + 1 WHERE id = 2")
+        cur.execute("COMMIT")
+        cur.execute("DELETE FROM acct WHERE id = 1")
+    conn.close()
+
+    fde, records = _transactions(mariadb, file, start)
+    assert len(records) == 4  # two CREATE TABLEs, the multi-statement transaction, the delete
+    ddl = [c for r in records[:2] for c in decode_record(r, source="s", fde=fde)]
+    assert [(c.op, c.database, c.sql) for c in ddl] == [
+        (
+            "ddl",
+            "",
+            f"CREATE TABLE `{db}`.acct (id INT PRIMARY KEY, owner VARCHAR(20), "
+            "bal DECIMAL(8,2), seen DATETIME(3))",
+        ),
+        ("ddl", "", f"CREATE TABLE `{db}`.audit (n INT)"),
+    ]
+
+    changes = decode_record(records[2], source="src1", fde=fde, want=lambda d, t: t == "acct")
+    assert [(c.op, c.table, c.key, c.before, c.after) for c in changes] == [
+        (
+            "insert",
+            "acct",
+            {"id": 1},
+            None,
+            {
+                "id": 1,
+                "owner": "ann",
+                "bal": Decimal("10.50"),
+                "seen": dt.datetime(2024, 1, 2, 3, 4, 5, 678000),
+            },
+        ),
+        (
+            "insert",
+            "acct",
+            {"id": 2},
+            None,
+            {"id": 2, "owner": "bob", "bal": Decimal("-3.00"), "seen": None},
+        ),
+        (
+            "update",
+            "acct",
+            {"id": 2},
+            {"id": 2, "owner": "bob", "bal": Decimal("-3.00"), "seen": None},
+            {"id": 2, "owner": "bob", "bal": Decimal("-2.00"), "seen": None},
+        ),
+    ]
+    record = records[2]
+    assert [c.sequence for c in changes] == [record.seq << 24 | n for n in range(3)]
+    assert {c.gtid for c in changes} == {record.gtid} and record.gtid.startswith("0-1-")
+    assert all(c.source == "src1" and c.ts_us == record.ts_us for c in changes)
+    # Positions: the transaction's offset, the index of the rows event within it.
+    assert [c.position.offset for c in changes] == [record.position.offset] * 3
+    indexes = [c.position.event_index for c in changes]
+    assert indexes[0] == indexes[1] < indexes[2]
+
+    everything = decode_record(record, source="s", fde=fde)
+    assert [(c.table, c.op) for c in everything] == [
+        ("acct", "insert"),
+        ("acct", "insert"),
+        ("audit", "insert"),
+        ("acct", "update"),
+    ]
+    assert everything[2].key is None  # audit has no primary key
+    (deleted,) = decode_record(records[3], source="s", fde=fde)
+    assert (deleted.op, deleted.key, deleted.after) == ("delete", {"id": 1}, None)
+
+
+def test_malformed_payload_is_a_typed_error_naming_the_record() -> None:
+    good = encode_events([bytes(19 + 8)])
+    assert len(list(iter_payload_events(good))) == 1
+    with pytest.raises(BinlogFormatError, match="does not fit"):
+        list(iter_payload_events(good[:-1]))
+    record = Record(Position(0, 1, 4), good[:-3], seq=9)
+    with pytest.raises(BinlogFormatError, match="record 9"):
+        decode_record(record, source="s", fde=None)
