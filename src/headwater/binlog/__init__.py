@@ -5,7 +5,8 @@ Modules, in import order (each imports only those above it):
 ``constants``  event type and column type codes.
 ``framing``    the 19-byte event header, FORMAT_DESCRIPTION, checksum verification, and
                iteration over the events of a binlog file or byte buffer. No decoding of bodies.
-``jsonb``      MySQL binary JSON to its text form; JSON diffs of PARTIAL_UPDATE_ROWS.
+``jsonb``      MySQL binary JSON to its text form.
+``jsondiff``   JSON diffs of PARTIAL_UPDATE_ROWS (MySQL 8 partial JSON updates).
 ``tablemap``   TABLE_MAP events with all optional metadata -> :class:`TableMap`.
 ``codec``      column value decoders and the per-table row decoder, generated once per
                TABLE_MAP shape.
