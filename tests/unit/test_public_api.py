@@ -1,0 +1,46 @@
+"""The public surface is chosen: these names, and nothing else, are exported."""
+
+from __future__ import annotations
+
+import inspect
+
+import headwater
+import headwater.errors as errors
+
+
+def test_package_exports() -> None:
+    assert sorted(headwater.__all__) == [
+        "BinlogCoordinate",
+        "HeadwaterError",
+        "MariadbGtid",
+        "MariadbGtidPos",
+        "MysqlGtid",
+        "MysqlGtidSet",
+        "Position",
+        "__version__",
+        "parse_gtid_set",
+    ]
+    for name in headwater.__all__:
+        assert hasattr(headwater, name), name
+
+
+def test_every_error_class_is_exported_and_derives_from_headwater_error() -> None:
+    defined = {
+        name
+        for name, obj in vars(errors).items()
+        if inspect.isclass(obj) and obj.__module__ == errors.__name__
+    }
+    assert set(errors.__all__) == defined
+    for name in defined - {"TransientError"}:
+        assert issubclass(getattr(errors, name), errors.HeadwaterError), name
+
+
+def test_error_tree_is_drawn_in_the_module_docstring() -> None:
+    doc = errors.__doc__ or ""
+    for name in set(errors.__all__) - {"TransientError"}:
+        assert name in doc, f"{name} missing from the tree in errors.py's docstring"
+
+
+def test_transient_errors_say_so() -> None:
+    assert errors.ConnectionLostError("x").retryable is True
+    assert not hasattr(errors.PositionPurgedError("x"), "retryable")
