@@ -85,9 +85,11 @@ class Fixed:
 
 @dataclass(slots=True)
 class Var:
-    """A variable-width column: ``code(target)`` -> lines reading at ``p`` and advancing."""
+    """A variable-width column: ``code(target, off)`` -> lines reading at ``p + off`` (``off``
+    a constant: the fixed-width bytes before it that ``p`` has not been advanced over) and
+    leaving ``p`` after the value."""
 
-    code: Callable[[str], list[str]]
+    code: Callable[[str, int], list[str]]
 
 
 Spec = Fixed | Var
@@ -117,6 +119,19 @@ def _decimal_spec(meta: int) -> Fixed:
         groups.append((_DIG2BYTES[scale % 9], scale % 9, True))
     fmt = "".join(_GROUP_FMT[g[0]] for g in groups)
 
+    # Weight of each group in the unscaled integer (its digits times those of the groups
+    # after it), and the sign bit of the first group.
+    weights = [10 ** sum(g[1] for g in groups[n + 1 :]) for n in range(len(groups))]
+    sign = 1 << (8 * groups[0][0] - 1)
+    # S = sum(raw group * weight). Positive values store the first group with the sign
+    # bit set: value = S - sign * w0. Negative values store every byte inverted, i.e. each
+    # group as mask - digits (the first group's mask without the sign bit):
+    # value = -(sum(mask * w) - S) = S - sum(mask * w). One constant either way.
+    positive = sign * weights[0]
+    negative = (sign - 1) * weights[0] + sum(
+        ((1 << (8 * size)) - 1) * w for (size, _, _), w in zip(groups[1:], weights[1:], strict=True)
+    )
+
     def conv(target: str, temps: list[str]) -> list[str]:
         # Group values as expressions over the unpacked fields (3-byte groups use 2).
         exprs: list[str] = []
@@ -128,28 +143,13 @@ def _decimal_spec(meta: int) -> Fixed:
             else:
                 exprs.append(temps[i])
                 i += 1
-        sign = 1 << (8 * groups[0][0] - 1)
-
-        def value(negative: bool) -> str:
-            # The unscaled integer: groups folded most significant first, each shifted by
-            # its own digit count; then one exact scaleb (the context has 65 digits).
-            unscaled = ""
-            for n, ((size, digits, _), e) in enumerate(zip(groups, exprs, strict=True)):
-                x = (1 << (8 * size)) - 1 if negative else 0
-                if n == 0:
-                    x ^= sign
-                g = f"({e} ^ {x})" if x else e
-                unscaled = g if not unscaled else f"({unscaled}) * {10**digits} + {g}"
-            if negative:
-                unscaled = f"-({unscaled})"
-            return f"_D({unscaled})" if not scale else f"_scaleb(_D({unscaled}), {-scale})"
-
-        return [
-            f"if {exprs[0]} & {sign}:",
-            f"    {target} = {value(False)}",
-            "else:",
-            f"    {target} = {value(True)}",
-        ]
+        # Folded most significant first, each group shifted by its own digit count.
+        unscaled = exprs[0]
+        for (_, digits, _), e in zip(groups[1:], exprs[1:], strict=True):
+            unscaled = f"({unscaled}) * {10**digits} + {e}"
+        value = f"_D({unscaled} - ({positive} if {exprs[0]} & {sign} else {negative}))"
+        # _E<scale> is Decimal(-scale): scaleb converts an int exponent on every call.
+        return [f"{target} = {value}" if not scale else f"{target} = _scaleb({value}, _E{scale})"]
 
     return Fixed(">", fmt, decimal_size(precision, scale), len(fmt), conv)
 
@@ -166,39 +166,60 @@ def _frac(fsp: int) -> tuple[str, Callable[[list[str]], str]]:
 
 
 def _datetime2_spec(fsp: int) -> Fixed:
+    # The 40-bit integer part n is biased by 2**39, a multiple of 2**17: the date bits are
+    # (n >> 17) - 2**22 and the time bits need no unbiasing.
+    # n is ``x >> shift``; the shifts are folded into the constants.
+    def convert(target: str, x: str, shift: int, us: str, setup: list[str]) -> list[str]:
+        def bits(low: int) -> str:
+            return f"({x} >> {low + shift})" if low + shift else x
+
+        n = bits(0)
+        return [
+            *setup,
+            f"_ymd = {bits(17)} - 0x400000",
+            "_ym = _ymd >> 5",
+            "try:",
+            f"    {target} = _dt(_ym // 13, _ym % 13, _ymd & 31, {bits(12)} & 31,"
+            f" {bits(6)} & 63, {n} & 63, {us})",
+            "except ValueError:",
+            f"    {target} = _dt2_text({n} - 0x8000000000, {us}, {fsp})",
+        ]
+
+    if fsp >= 5:
+        # Integer part and microseconds fill one big-endian u64.
+        def conv_u64(target: str, t: list[str]) -> list[str]:
+            return convert(target, t[0], 24, f"{t[0]} & 0xFFFFFF", [])
+
+        return Fixed(">", "Q", 8, 1, conv_u64)
     ffmt, usec = _frac(fsp)
 
     def conv(target: str, t: list[str]) -> list[str]:
-        us = usec(t[2:])
-        return [
-            f"_n = ({t[0]} << 32 | {t[1]}) - 0x8000000000",
-            "_ymd = _n >> 17",
-            "_ym = _ymd >> 5",
-            "_hms = _n & 0x1FFFF",
-            "try:",
-            f"    {target} = _dt(_ym // 13, _ym % 13, _ymd & 31, _hms >> 12,"
-            f" (_hms >> 6) & 63, _hms & 63, {us})",
-            "except ValueError:",
-            f"    {target} = _dt2_text(_n, {us}, {fsp})",
-        ]
+        return convert(target, "_n", 0, usec(t[2:]), [f"_n = {t[0]} << 32 | {t[1]}"])
 
     return Fixed(">", "BI" + ffmt, 5 + (fsp + 1) // 2, 2 + len(ffmt), conv)
 
 
 def _timestamp2_spec(fsp: int) -> Fixed:
-    ffmt, usec = _frac(fsp)
+    ffmt, _ = _frac(fsp)
     zero = tm.zero_timestamp(fsp)
+    # Seconds per fraction unit: 1/100 (fsp 1-2), 1/10000 (3-4), 1/1000000 (5-6).
+    per_second = 10 ** ((fsp + 1) // 2 * 2)
 
     def conv(target: str, t: list[str]) -> list[str]:
         if not fsp:
             return [f"{target} = _fts({t[0]}, _UTC) if {t[0]} else {zero!r}"]
-        # s + us / 1e6 is exact to the microsecond for every u32 s (float spacing below
-        # 2**33 is < 1e-6 / 2), and fromtimestamp rounds to the nearest microsecond.
-        us = usec(t[1:])
+        setup = [] if fsp <= 4 else [f"_f = {t[1]} << 8 | {t[2]}"]
+        frac = t[1] if fsp <= 4 else "_f"
+        # s + frac / per_second is exact to the microsecond for every u32 s (float spacing
+        # below 2**33 is < 1e-6 / 2, and the quotient is the correctly rounded value of
+        # frac * 10**k / 1000000), and fromtimestamp rounds to the nearest microsecond.
+        # A whole second takes the cheaper int path (same value).
         return [
-            f"_us = {us}",
-            f"if {t[0]} or _us:",
-            f"    {target} = _fts({t[0]} + _us / 1000000, _UTC)",
+            *setup,
+            f"if {frac}:",
+            f"    {target} = _fts({t[0]} + {frac} / {per_second}, _UTC)",
+            f"elif {t[0]}:",
+            f"    {target} = _fts({t[0]}, _UTC)",
             "else:",
             f"    {target} = {zero!r}",
         ]
@@ -226,13 +247,16 @@ def _direct(fmt: str, size: int) -> Fixed:
     return Fixed("<", fmt, size, 1)
 
 
-def _length_read(nbytes: int) -> str:
-    """Expression for a little-endian length prefix of ``nbytes`` at ``p``."""
+def _length_read(nbytes: int, off: int) -> str:
+    """Expression for a little-endian length prefix of ``nbytes`` at ``p + off``."""
+    at = f"p + {off}" if off else "p"
     if nbytes == 1:
-        return "buf[p]"
-    return {2: "_U16(buf, p)[0]", 3: "(_U16(buf, p)[0] | buf[p + 2] << 16)", 4: "_U32(buf, p)[0]"}[
-        nbytes
-    ]
+        return f"buf[{at}]"
+    return {
+        2: f"_U16(buf, {at})[0]",
+        3: f"(_U16(buf, {at})[0] | buf[p + {off + 2}] << 16)",
+        4: f"_U32(buf, {at})[0]",
+    }[nbytes]
 
 
 def _prefixed(nbytes: int, wrap: str | None) -> Var:
@@ -241,14 +265,15 @@ def _prefixed(nbytes: int, wrap: str | None) -> Var:
     if not 1 <= nbytes <= 4:
         raise BinlogFormatError(f"length prefix of {nbytes} bytes")
 
-    def code(target: str) -> list[str]:
-        data = f"buf[p + {nbytes}:p + {nbytes} + _n]"
+    def code(target: str, off: int) -> list[str]:
+        # p moves past the value first: the value is then buf[p - _n:p].
+        data = "buf[p - _n:p]"
         value = wrap.format(data) if wrap else data
-        lines = [f"_n = {_length_read(nbytes)}"]
+        lines = [f"_n = {_length_read(nbytes, off)}", f"p += {off + nbytes} + _n"]
         if wrap and not wrap.startswith("{}"):
             # A parser (JSON, VECTOR) must not see a silently shortened slice.
-            lines.append(f"if p + {nbytes} + _n > end: raise _Trunc('value runs past the end')")
-        return [*lines, f"{target} = {value}", f"p += {nbytes} + _n"]
+            lines.append("if p > end: raise _Trunc('value runs past the end')")
+        return [*lines, f"{target} = {value}"]
 
     return Var(code)
 

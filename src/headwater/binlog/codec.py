@@ -47,7 +47,8 @@ Speed: :class:`RowDecoder` generates, per set of present columns, Python source 
 whole rows-event body in one function: precompiled ``struct.Struct.unpack_from`` per run of
 adjacent fixed-width columns when the row has no NULL (the common case), per column when it
 has, no per-column dispatch, then compiles it once (cached by shape, see
-:func:`row_decoder_for`). Reads past the end surface as ``IndexError``/``struct.error``
+:func:`row_decoder_for`). In the no-NULL path fixed-width reads are at constant offsets from
+``p``, which only variable-width columns advance (``p += off + n``, value ``buf[p - n:p]``). Reads past the end surface as ``IndexError``/``struct.error``
 inside the generated code and are turned into :class:`TruncatedError` here.
 """
 
@@ -93,6 +94,8 @@ _ENV_BASE: dict[str, object] = {
     "_D": Decimal,
     # DECIMAL has at most 65 digits: scaleb in a 65-digit context never rounds.
     "_scaleb": Context(prec=65).scaleb,
+    # scaleb's exponents (DECIMAL scale is at most 30), as Decimals: no conversion per call.
+    **{f"_E{scale}": Decimal(-scale) for scale in range(31)},
     "_dt": datetime,
     "_fts": datetime.fromtimestamp,
     "_UTC": tm.UTC,
@@ -142,44 +145,54 @@ class _Gen:
         nb = (n + 7) // 8
         lines = [
             "_nb = buf[p]" if nb == 1 else f"_nb = _from_bytes(buf[p:p + {nb}], 'little')",
-            f"p += {nb}",
             "if not _nb:",
         ]
-        lines += _indent(self._fast(specs, prefix))
+        lines += _indent(self._fast(specs, prefix, nb))
         lines.append("else:")
-        slow: list[str] = []
+        slow: list[str] = [f"p += {nb}"]
         for j, (var, spec) in enumerate(specs):
             slow += [f"if _nb & {1 << j}:", f"    {var} = None", "else:"]
-            slow += _indent(
-                self._run([(var, spec)], f"{prefix}{j}_")
-                if isinstance(spec, Fixed)
-                else spec.code(var)
-            )
+            if isinstance(spec, Fixed):
+                run, size = self._run([(var, spec)], f"{prefix}{j}_", 0)
+                slow += _indent([*run, f"p += {size}"] if size else run)
+            else:
+                slow += _indent(spec.code(var, 0))
         lines += _indent(slow)
         return lines
 
-    def _fast(self, specs: list[tuple[str, Spec]], prefix: str) -> list[str]:
+    def _fast(self, specs: list[tuple[str, Spec]], prefix: str, off: int) -> list[str]:
+        """The image without NULLs: ``p`` is advanced only by variable-width columns (and
+        once at the end); fixed-width reads are at constant offsets from it."""
         lines: list[str] = []
         run: list[tuple[str, Spec]] = []
         endian = ""
+
+        def flush() -> None:
+            nonlocal run, endian, off
+            if run:
+                code, off = self._run(run, f"{prefix}r{len(lines)}_", off)
+                lines.extend(code)
+            run, endian = [], ""
+
         for var, spec in specs:
             if isinstance(spec, Fixed) and (not spec.endian or not endian or spec.endian == endian):
                 run.append((var, spec))
                 endian = endian or spec.endian
                 continue
-            if run:
-                lines += self._run(run, f"{prefix}r{len(lines)}_")
-                run, endian = [], ""
+            flush()
             if isinstance(spec, Fixed):
                 run, endian = [(var, spec)], spec.endian
             else:
-                lines += spec.code(var)
-        if run:
-            lines += self._run(run, f"{prefix}r{len(lines)}_")
+                lines += spec.code(var, off)
+                off = 0
+        flush()
+        if off:
+            lines.append(f"p += {off}")
         return lines
 
-    def _run(self, run: list[tuple[str, Spec]], tmp: str) -> list[str]:
-        """One struct read for adjacent fixed-width columns, then their conversions."""
+    def _run(self, run: list[tuple[str, Spec]], tmp: str, off: int) -> tuple[list[str], int]:
+        """One struct read at ``p + off`` for adjacent fixed-width columns, then their
+        conversions; returns the lines and the offset after the run."""
         fmt = "".join(s.fmt for _, s in run if isinstance(s, Fixed))
         endian = next((s.endian for _, s in run if isinstance(s, Fixed) and s.endian), "<")
         size = sum(s.size for _, s in run if isinstance(s, Fixed))
@@ -195,10 +208,9 @@ class _Gen:
             convs += spec.conv(var, temps)
         lines = []
         if targets:
-            lines.append(f"{', '.join(targets)}, = {self._struct(endian + fmt)}(buf, p)")
-        if size:
-            lines.append(f"p += {size}")
-        return lines + convs
+            at = f"p + {off}" if off else "p"
+            lines.append(f"{', '.join(targets)}, = {self._struct(endian + fmt)}(buf, {at})")
+        return lines + convs, off + size
 
     def compile(self, name: str, lines: list[str]) -> Callable[..., Any]:
         source = "\n".join(lines) + "\n"
