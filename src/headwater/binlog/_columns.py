@@ -278,10 +278,27 @@ def _prefixed(nbytes: int, wrap: str | None) -> Var:
     return Var(code)
 
 
-def _text_wrap(codec: str | None) -> str | None:
+def _text(nbytes: int, codec: str | None) -> Var:
+    """Length-prefixed text in ``codec`` (``None``: bytes)."""
     if codec is None:
-        return None
-    return "{}.decode(" + repr(codec) + ", 'surrogateescape')"
+        return _prefixed(nbytes, None)
+    if not 1 <= nbytes <= 4:
+        raise BinlogFormatError(f"length prefix of {nbytes} bytes")
+    # A strict decode is cheaper than one with an error handler, and gives the same str
+    # when it succeeds; only undecodable bytes take the surrogateescape path.
+    strict = ".decode()" if codec == "utf-8" else f".decode({codec!r})"
+
+    def code(target: str, off: int) -> list[str]:
+        return [
+            f"_n = {_length_read(nbytes, off)}",
+            f"p += {off + nbytes} + _n",
+            "try:",
+            f"    {target} = buf[p - _n:p]{strict}",
+            "except UnicodeDecodeError:",
+            f"    {target} = buf[p - _n:p].decode({codec!r}, 'surrogateescape')",
+        ]
+
+    return Var(code)
 
 
 # ---------------------------------------------------------------------------------------
@@ -419,11 +436,11 @@ def column_spec(col: Col, k: int, env: dict[str, object], partial: bool = False)
         )
     if t == _T.STRING:
         length = _string_length(meta)
-        return _prefixed(1 if length < 256 else 2, _text_wrap(col.codec))
+        return _text(1 if length < 256 else 2, col.codec)
     if t in (_T.VARCHAR, _T.VAR_STRING):
-        return _prefixed(1 if meta < 256 else 2, _text_wrap(col.codec))
+        return _text(1 if meta < 256 else 2, col.codec)
     if t in (_T.BLOB, _T.TINY_BLOB, _T.MEDIUM_BLOB, _T.LONG_BLOB):
-        return _prefixed(meta, _text_wrap(col.codec))
+        return _text(meta, col.codec)
     if t == _T.GEOMETRY:
         return _prefixed(meta, None)
     if t == _T.JSON:

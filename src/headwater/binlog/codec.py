@@ -48,8 +48,10 @@ whole rows-event body in one function: precompiled ``struct.Struct.unpack_from``
 adjacent fixed-width columns when the row has no NULL (the common case), per column when it
 has, no per-column dispatch, then compiles it once (cached by shape, see
 :func:`row_decoder_for`). In the no-NULL path fixed-width reads are at constant offsets from
-``p``, which only variable-width columns advance (``p += off + n``, value ``buf[p - n:p]``). Reads past the end surface as ``IndexError``/``struct.error``
-inside the generated code and are turned into :class:`TruncatedError` here.
+``p``, which only variable-width columns advance (``p += off + n``, value ``buf[p - n:p]``).
+Text is decoded strictly first (cheaper), with ``surrogateescape`` only when that fails.
+Reads past the end surface as ``IndexError``/``struct.error`` inside the generated code and
+are turned into :class:`TruncatedError` here.
 """
 
 from __future__ import annotations
