@@ -360,8 +360,25 @@ _DECODERS: OrderedDict[tuple[object, ...], RowDecoder] = OrderedDict()
 _DECODERS_MAX = 1024
 
 
+#: The decoder last returned for a TableMap object (by identity: the entry holds the map,
+#: so its id cannot be reused while it is here). DecodeContext hands out the same TableMap
+#: object for every repetition of a TABLE_MAP, so this skips building the shape key.
+_BY_MAP: dict[int, tuple[TableMap, Sequence[ColumnDef] | None, RowDecoder]] = {}
+
+
 def row_decoder_for(table_map: TableMap, columns: Sequence[ColumnDef] | None = None) -> RowDecoder:
     """The :class:`RowDecoder` for this table shape, built once and kept (LRU, 1024)."""
+    hit = _BY_MAP.get(id(table_map))
+    if hit is not None and hit[0] is table_map and hit[1] is columns:
+        return hit[2]
+    dec = _decoder_for_shape(table_map, columns)
+    if len(_BY_MAP) >= _DECODERS_MAX:
+        _BY_MAP.clear()
+    _BY_MAP[id(table_map)] = (table_map, columns, dec)
+    return dec
+
+
+def _decoder_for_shape(table_map: TableMap, columns: Sequence[ColumnDef] | None) -> RowDecoder:
     key = (table_map.shape_key(), None if columns is None else tuple(columns))
     dec = _DECODERS.get(key)
     if dec is None:

@@ -167,12 +167,24 @@ def rows_event_table_id(body: bytes | memoryview, *, table_id_size: int = 6) -> 
     return int.from_bytes(body[:table_id_size], "little")
 
 
+#: Column index tuples by (bitmap bytes, width): a table's events repeat the same bitmaps.
+_BITMAPS: dict[tuple[bytes, int], tuple[int, ...]] = {}
+_BITMAPS_MAX = 4096
+
+
 def _bitmap_columns(buf: bytes, pos: int, width: int) -> tuple[tuple[int, ...], int]:
-    nbytes = (width + 7) // 8
-    if pos + nbytes > len(buf):
+    end = pos + (width + 7) // 8
+    if end > len(buf):
         raise TruncatedError("rows event columns bitmap runs past the end")
-    bits = int.from_bytes(buf[pos : pos + nbytes], "little")
-    return tuple(i for i in range(width) if bits >> i & 1), pos + nbytes
+    key = (buf[pos:end], width)
+    columns = _BITMAPS.get(key)
+    if columns is None:
+        bits = int.from_bytes(key[0], "little")
+        columns = tuple(i for i in range(width) if bits >> i & 1)
+        if len(_BITMAPS) >= _BITMAPS_MAX:
+            _BITMAPS.clear()
+        _BITMAPS[key] = columns
+    return columns, end
 
 
 def _extra_info(data: bytes, kind: Kind) -> dict[str, object]:
@@ -234,13 +246,14 @@ def parse_rows_event(
     the TABLE_MAP has MINIMAL metadata. Raises :class:`TruncatedError` or
     :class:`BinlogFormatError` (with the event type filled in) on bytes that do not decode.
     """
-    name = event_type_name(type_code)
     try:
         return _parse(type_code, bytes(body), table_map, table_id_size, columns)
     except BinlogFormatError as exc:
-        raise exc.located(event_type=name) from None
+        raise exc.located(event_type=event_type_name(type_code)) from None
     except DECODE_ERRORS as exc:
-        raise TruncatedError(f"rows event ends early ({exc})", event_type=name) from None
+        raise TruncatedError(
+            f"rows event ends early ({exc})", event_type=event_type_name(type_code)
+        ) from None
 
 
 def _parse(
