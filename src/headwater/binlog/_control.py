@@ -140,7 +140,16 @@ class XidEvent(BinlogEvent):
     xid: int
 
 
+_XID = struct.Struct("<Q").unpack_from
+
+
 def parse_xid(raw: RawEvent, ctx: DecodeContext) -> XidEvent:
+    # One per transaction: read in place when the body is long enough, else the Cursor
+    # path raises the TruncatedError.
+    body = raw.body
+    start = ctx.post_header_length(raw.type_code)
+    if len(body) >= start + 8:
+        return XidEvent(_XID(body, start)[0])
     return XidEvent(_skip_post_header(raw, ctx).u64("xid"))
 
 
@@ -323,6 +332,10 @@ class AnnotateRowsEvent(BinlogEvent):
 
 
 def parse_annotate_rows(raw: RawEvent, ctx: DecodeContext) -> AnnotateRowsEvent:
+    body = raw.body
+    start = ctx.post_header_length(raw.type_code)
+    if start <= len(body):  # one per statement: decoded in place, no Cursor
+        return AnnotateRowsEvent(str(body[start:], "utf-8", "replace"))
     cur = _skip_post_header(raw, ctx)
     return AnnotateRowsEvent(cur.rest().decode("utf-8", "replace"))
 

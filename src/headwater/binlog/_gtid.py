@@ -44,6 +44,7 @@ seq_no u64).
 
 from __future__ import annotations
 
+import struct
 import uuid
 from dataclasses import dataclass
 
@@ -230,8 +231,23 @@ class MariadbGtidEvent(BinlogEvent):
         return bool(self.flags2 & FL_STANDALONE)
 
 
+#: seq_no, domain_id, flags2, and the byte after them (flags_extra, or padding).
+_MARIADB_GTID_HEAD = struct.Struct("<QIBB")
+_GTID_SLOW_FLAGS2 = FL_GROUP_COMMIT_ID | FL_PREPARED_XA | FL_COMPLETED_XA
+_GTID_SLOW_EXTRA = FL_EXTRA_MULTI_ENGINE_E1 | FL_COMMIT_ALTER_E1 | FL_ROLLBACK_ALTER_E1
+
+
 def parse_mariadb_gtid(raw: RawEvent, ctx: DecodeContext) -> MariadbGtidEvent:
-    cur = Cursor(raw.body)
+    body = raw.body
+    if len(body) >= _MARIADB_GTID_HEAD.size:
+        # One per transaction: the common layout (no commit id, XA or extra fields) in one
+        # unpack; everything else takes the field-by-field path below.
+        seq_no, domain_id, flags2, flags_extra = _MARIADB_GTID_HEAD.unpack_from(body)
+        if not flags2 & _GTID_SLOW_FLAGS2 and not flags_extra & _GTID_SLOW_EXTRA:
+            return MariadbGtidEvent(
+                seq_no, domain_id, raw.server_id, flags2, None, None, flags_extra
+            )
+    cur = Cursor(body)
     seq_no = cur.u64("seq_no")
     domain_id = cur.u32("domain_id")
     flags2 = cur.u8("flags2")
