@@ -171,7 +171,7 @@ class Catalog:
                 self.problems.append(e)
             log.warning("rebuilding index of %s: %s", meta.path, e)
             view = self.rebuild_index(meta)
-        view.build_tree()
+        view.sealed = True
         self.cache_view(meta.base, view)
         return view
 

@@ -50,6 +50,8 @@ import struct
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 
 from crc32c import crc32c
 
@@ -65,6 +67,7 @@ __all__ = [
     "GtidWanted",
     "IndexBuilder",
     "IndexView",
+    "block_summary",
     "gtid_key",
 ]
 
@@ -206,6 +209,8 @@ class IndexView:
     mtb: list[int]
     leaves: list[GtidSummary]
     tree: GtidTree | None = None
+    # Sealed views get their GtidTree on the first GTID lookup (not on the write path).
+    sealed: bool = False
 
     @classmethod
     def empty(cls) -> IndexView:
@@ -219,6 +224,8 @@ class IndexView:
         return bisect.bisect_right(self.seqs, max_seq)
 
     def first_unskippable(self, start: int, hi: int, wanted: GtidWanted) -> int:
+        if self.tree is None and self.sealed:
+            self.build_tree()
         if self.tree is not None and self.tree.n == len(self.leaves):
             return min(self.tree.first_unskippable(start, wanted), hi)
         for i in range(start, hi):
@@ -316,6 +323,12 @@ class IndexBuilder:
     Holds the segment's view (the current, still open block has an entry whose GTID leaf
     is ``None`` until the block closes), the encoded entries of closed blocks not yet
     written out, and running per-segment statistics for the footer.
+
+    Per record only the byte count, the running max timestamp and the GTID string are
+    kept (the writer inlines exactly that: :meth:`open_block`, ``block_bytes``, ``max_ts``,
+    ``count`` and ``gtids``); a block's GTID summary is computed when it closes, with
+    C-level ``map`` passes over its GTIDs in the usual case of one uuid / domain-server
+    prefix (:func:`block_summary`).
     """
 
     def __init__(self, interval: int) -> None:
@@ -324,76 +337,42 @@ class IndexBuilder:
         self.unwritten: list[bytes] = []
         self.all_entries: list[bytes] = []
         self.block_bytes = 0
-        self.block_key: tuple[int, bytes] | None = None
-        self.block_mixed = False
-        self.block_lo = 0
-        self.block_hi = 0
+        self.gtids: list[str] = []
         self.max_ts = 0
         self.summary: dict[GtidKey, tuple[int, int]] = {}
         self.has_other = False
         self.count = 0
-        self._pfx = ""
-        self._pfx_key: GtidKey = (KIND_NONE, b"")
+        self.hint: tuple[str, GtidKey] | None = None
 
     def add(self, seq: int, off: int, pos: PosTuple, ts: int, gtid: str, size: int) -> None:
-        view = self.view
-        if not view.seqs or self.block_bytes >= self.interval:
-            if view.seqs:
-                self._close_block()
-            view.seqs.append(seq)
-            view.offs.append(off)
-            view.poss.append(pos)
-            view.tss.append(ts)
-            view.mtb.append(self.max_ts)
-            view.leaves.append(None)
-            self.block_bytes = 0
-            self.block_key = None
-            self.block_mixed = False
+        if self.block_bytes >= self.interval or not self.view.seqs:
+            self.open_block(seq, off, pos, ts)
         self.block_bytes += size
         self.count += 1
         if ts > self.max_ts:
             self.max_ts = ts
-        # Fast path: consecutive GTIDs share their uuid / domain-server prefix.
-        pfx = self._pfx
-        if pfx and gtid.startswith(pfx):
-            try:
-                num = int(gtid[len(pfx) :])
-            except ValueError:
-                num = -1
-            k = self._pfx_key
-        else:
-            num = -1
-        if num < 0:
-            key = gtid_key(gtid)
-            if key is None:
-                self.has_other = True
-                self.block_mixed = True
-                return
-            kind, ident, num = key
-            k = (kind, ident)
-            self._pfx = gtid[: max(gtid.rfind(":"), gtid.rfind("-")) + 1]
-            self._pfx_key = k
-        cur = self.summary.get(k)
-        if cur is None:
-            self.summary[k] = (num, num)
-        elif num < cur[0] or num > cur[1]:
-            self.summary[k] = (min(cur[0], num), max(cur[1], num))
-        if self.block_key is None and not self.block_mixed:
-            self.block_key, self.block_lo, self.block_hi = k, num, num
-        elif self.block_key != k:
-            self.block_mixed = True
-        else:
-            if num < self.block_lo:
-                self.block_lo = num
-            if num > self.block_hi:
-                self.block_hi = num
+        self.gtids.append(gtid)
+
+    def open_block(self, seq: int, off: int, pos: PosTuple, ts: int) -> None:
+        """Close the current block (if any) and start one at this record."""
+        view = self.view
+        if view.seqs:
+            self._close_block()
+        view.seqs.append(seq)
+        view.offs.append(off)
+        view.poss.append(pos)
+        view.tss.append(ts)
+        view.mtb.append(self.max_ts)
+        view.leaves.append(None)
+        self.block_bytes = 0
 
     def _close_block(self) -> None:
         view = self.view
         i = len(view.seqs) - 1
-        leaf: GtidSummary = None
-        if not self.block_mixed and self.block_key is not None:
-            leaf = {self.block_key: (self.block_lo, self.block_hi)}
+        leaf, other, self.hint = block_summary(self.gtids, self.summary, self.hint)
+        self.gtids.clear()
+        if other:
+            self.has_other = True
         view.leaves[i] = leaf
         raw = encode_entry(view.seqs[i], view.offs[i], view.poss[i], view.tss[i], view.mtb[i], leaf)
         self.unwritten.append(raw)
@@ -403,7 +382,7 @@ class IndexBuilder:
         """Close the last block; return all entry bytes of the segment."""
         if self.view.seqs:
             self._close_block()
-        self.view.build_tree()
+        self.view.sealed = True
         return b"".join(self.all_entries)
 
     def take_unwritten(self) -> bytes:
@@ -412,7 +391,64 @@ class IndexBuilder:
         return out
 
     def footer_summary(self) -> GtidSummary:
+        """The segment's GTID summary; call after :meth:`seal` (it covers closed blocks)."""
         return None if self.has_other else dict(self.summary)
+
+
+def _prefix(gtid: str) -> str:
+    return gtid[: max(gtid.rfind(":"), gtid.rfind("-")) + 1]
+
+
+def block_summary(
+    gtids: list[str],
+    summary: dict[GtidKey, tuple[int, int]],
+    hint: tuple[str, GtidKey] | None = None,
+) -> tuple[GtidSummary, bool, tuple[str, GtidKey] | None]:
+    """One block's leaf, merged into ``summary``; whether a GTID was missing; a new hint.
+
+    Fast path: every GTID is ``prefix + number`` for one uuid (or MariaDB domain-server)
+    prefix, the previous block's (``hint``) or the first GTID's; then the numbers parse
+    exactly as :func:`gtid_key` parses them and only their min and max matter. Anything
+    else takes the per-GTID path.
+    """
+    if not gtids:
+        return None, False, hint
+    first = gtids[0]
+    if hint is None or not first.startswith(hint[0]):
+        key = gtid_key(first)
+        hint = None if key is None else (_prefix(first), (key[0], key[1]))
+    if hint is not None:
+        pfx, k = hint
+        if all(map(str.startswith, gtids, repeat(pfx))):
+            try:
+                nums = list(map(int, map(itemgetter(slice(len(pfx), None)), gtids)))
+            except ValueError:
+                nums = [-1]
+            lo, hi = min(nums), max(nums)
+            if lo >= 0:
+                cur = summary.get(k)
+                summary[k] = (lo, hi) if cur is None else (min(cur[0], lo), max(cur[1], hi))
+                return {k: (lo, hi)}, False, hint
+    leaf, other = _block_summary_slow(gtids, summary)
+    return leaf, other, hint
+
+
+def _block_summary_slow(
+    gtids: list[str], summary: dict[GtidKey, tuple[int, int]]
+) -> tuple[GtidSummary, bool]:
+    block: dict[GtidKey, tuple[int, int]] = {}
+    other = False
+    for gtid in gtids:
+        key = gtid_key(gtid)
+        if key is None:
+            other = True
+            continue
+        kind, ident, num = key
+        k = (kind, ident)
+        for d in (summary, block):
+            cur = d.get(k)
+            d[k] = (num, num) if cur is None else (min(cur[0], num), max(cur[1], num))
+    return (block if len(block) == 1 and not other else None), other
 
 
 def summary_from_items(

@@ -1,23 +1,34 @@
 """The change log: one writer appending records, any number of readers, in and out of process.
 
-Write path. ``append_nowait`` assigns the next seq, frames the record into an in-memory
-batch for the active segment, updates the segment's index builder and the memory tail, and
-returns. A flusher thread (and ``append`` itself for the ``EVERY_RECORD`` / ``NONE``
-policies, and ``flush``) takes the whole batch and writes it with one ``os.write``, then
-``fdatasync`` (unless ``NONE``), and only then *publishes*: ``acked_seq`` moves up, waiting
-appenders and in-process readers are woken, and the ``head`` file is rewritten for readers
-in other processes. Invariants:
+Write path. ``append_many`` (and ``append_nowait``, a batch of one) assigns seqs and frames
+the records into an in-memory buffer for the active segment under one lock acquisition,
+keeping per record only what the sparse index and the memory tail need (a byte count, the
+running max timestamp, the GTID string). Writing never waits for a sync: the appending
+thread itself hands the buffer to the OS (``os.writev``, no joining copy) whenever it holds
+``WRITE_CHUNK`` bytes, and moves the *written mark* (segment, end offset, seq of the last
+whole transaction written). The flusher thread (flusher.py) wakes every ``group_commit_ms``
+(sooner once ``group_commit_bytes`` are unsynced), writes out a buffer an idle appender
+left behind, and ``fdatasync``s up to the mark while appends go on into the page cache;
+only then does it *publish*: ``acked_seq`` moves up, waiting appenders and in-process
+readers are woken, and the ``head`` file is rewritten for readers in other processes.
+``EVERY_RECORD`` syncs in ``append`` itself; ``NONE`` publishes right after the write.
+Invariants:
 
 * a record is visible to readers only once acknowledged, i.e. once its durability policy
   is met; the acknowledged point moves only at transaction ends, so the chunks of a large
   transaction become visible together and recovery may drop an unfinished chunk group;
+* acknowledgement is monotone: a sync publishes its mark only if it is newer than what is
+  already acknowledged (``flush``, the flusher and a segment roll may race);
 * a segment is rolled only at a transaction boundary (so a chunk group never spans
   segments), when it reaches ``segment_bytes`` or ``roll_interval_s``; sealing writes the
   sealed index by temp file + rename, then the footer, fsyncs, and only then creates the
   next segment (fsync of the directory) — so at most the newest segment lacks a footer,
-  and a segment with a footer always has its whole index;
-* I/O happens under ``_io_lock`` and state changes under ``_lock``, always taken in that
-  order; the segment list is copy-on-write, so readers work on a consistent snapshot.
+  and a segment with a footer always has its whole index. The old segment's descriptor is
+  closed by the flusher, never under a sync that may still be running on it;
+* locks: ``_alock`` (one appender at a time: appends, ``flush``, rolls) before ``_wlock``
+  (the order of writes to the segment file) before ``_lock`` (state shared with readers
+  and the flusher); nothing sleeps or syncs under ``_lock``. The segment list is
+  copy-on-write, so readers work on a consistent snapshot.
 
 Cross-process readers open the directory with ``read_only=True``: they take no lock, change
 no file, and trust only what ``head`` says is acknowledged (catalog.py): CRCs alone cannot
@@ -31,7 +42,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from crc32c import crc32c
 
 from headwater.errors import CorruptRecordError, PositionNotRetainedError, StoreError
 from headwater.position import Position
@@ -55,12 +69,20 @@ from headwater.store.index import (
 )
 from headwater.store.options import Durability, StoreOptions
 from headwater.store.reader import EARLIEST, AtSeq, FileWatch, LogReader, Start
-from headwater.store.record import Record, encode_parts
+from headwater.store.record import (
+    FIXED,
+    FRAME,
+    LEN_FIXED,
+    MAGIC,
+    MAX_BODY,
+    PREFIX,
+    Record,
+    encode_tables,
+)
 from headwater.store.retention import plan_compression, plan_retention
 from headwater.store.segment import (
     IDX,
     ZSEG,
-    Footer,
     SegmentMeta,
     Source,
     compress_segment,
@@ -76,7 +98,11 @@ __all__ = ["ChangeLog", "LogInfo"]
 log = logging.getLogger(__name__)
 
 PURGED_NAME = "purged"
-_Item = tuple[object, ...]
+# The appending thread writes its buffer to the OS once it holds this many bytes: large
+# enough for few system calls, small enough to stay in CPU caches and keep the flusher's
+# syncs overlapping with appends.
+WRITE_CHUNK = 1 << 20
+IOV_MAX = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +115,18 @@ class LogInfo:
     gtid: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """The end of the last whole transaction handed to the OS: what a sync makes durable."""
+
+    base: int
+    end: int
+    seq: int
+    fd: int
+
+
 def _now_us() -> int:
     return time.time_ns() // 1000
-
-
-IOV_MAX = 1024
 
 
 def _writev_all(fd: int, pieces: list[bytes]) -> None:
@@ -101,7 +134,7 @@ def _writev_all(fd: int, pieces: list[bytes]) -> None:
     for i in range(0, len(pieces), IOV_MAX):
         batch = pieces[i : i + IOV_MAX]
         n = os.writev(fd, batch)
-        total = sum(len(b) for b in batch)
+        total = sum(map(len, batch))
         if n < total:  # a short write (rare for files): finish the rest plainly
             _write_all(fd, b"".join(batch)[n:])
 
@@ -121,7 +154,8 @@ class ChangeLog:
         self._opts = options
         self._read_only = read_only
         self._lock = threading.Lock()
-        self._io_lock = threading.Lock()
+        self._alock = threading.Lock()
+        self._wlock = threading.Lock()
         self._maint_lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._flush_cond = threading.Condition(self._lock)
@@ -131,9 +165,10 @@ class ChangeLog:
         self._pub_end = 0
         self._closed = False
         self._failed: BaseException | None = None
-        self._tail: dict[int, tuple[Record, int, int, int]] = {}
-        self._tail_first = 1
-        self._tail_bytes = 0
+        # The memory tail: records of the active segment from seq ``first`` on, and the
+        # end offset of each (a reader's snapshot stays valid while the writer appends).
+        self._tail: tuple[int, int, list[Record], list[int]] = (1, 1, [], [])
+        self._tail_start = 0
         self._purged: GtidSummary = {}
         self._lock_fd = -1
         self._head_fd = -1
@@ -167,7 +202,6 @@ class ChangeLog:
             self._start_active(act)
             self._next_seq = act.last_seq + 1
             self._acked = act.last_seq
-            self._tail_first = self._next_seq
             self._pub_base, self._pub_end = act.base, act.size
             self._head_fd = os.open(
                 os.path.join(self._dir, HEAD_NAME), os.O_RDWR | os.O_CREAT, 0o644
@@ -178,13 +212,15 @@ class ChangeLog:
             os.close(self._lock_fd)
             raise
         self._buf: list[bytes] = []
+        self._buf_bytes = 0
         self._buf_commit: tuple[int, int] | None = None
-        self._queue: list[_Item] = []
-        self._pending = 0
-        self._pending_since: float | None = None
+        self._written: _Mark | None = None
+        self._unsynced = 0
+        self._dirty_since: float | None = None
+        self._buf_since = 0.0
+        self._waiters = 0
+        self._retired: list[int] = []
         self._in_group = False
-        self._kicked = False
-        self._tail_limit = self._opts.memory_tail_bytes
         self._flusher = threading.Thread(
             target=self._run_flusher, name="headwater-store-flush", daemon=True
         )
@@ -193,6 +229,8 @@ class ChangeLog:
     def _start_active(self, act: ActiveState) -> None:
         self._act = act
         self._act_created = time.monotonic()
+        self._tail = (act.last_seq + 1, act.base, [], [])
+        self._tail_start = act.size
         path = os.path.join(self._dir, segment_name(act.base))
         self._wfd = os.open(path, os.O_WRONLY | os.O_APPEND)
         self._ifd = os.open(
@@ -226,8 +264,9 @@ class ChangeLog:
                     self._cond.notify_all()
                 if self._flusher is not None:
                     self._flusher.join()
-                for fd in (self._wfd, self._ifd, self._head_fd, self._lock_fd):
+                for fd in (*self._retired, self._wfd, self._ifd, self._head_fd, self._lock_fd):
                     os.close(fd)
+                self._retired = []
         else:
             self._closed = True
             os.close(self._head_fd)
@@ -268,9 +307,13 @@ class ChangeLog:
         ``timeout`` passed first.
         """
         seq = self.append_nowait(record)
-        if record.last_chunk:
-            if self._opts.durability is not Durability.GROUP:
-                self._flush()
+        if record.flags & 2:
+            durability = self._opts.durability
+            if durability is Durability.EVERY_RECORD:
+                self._sync_now()
+            elif durability is Durability.NONE:
+                with self._alock:
+                    self._write_out()
             if not self.wait_acked(seq, timeout):
                 raise StoreError(f"append of seq {seq} not acknowledged within {timeout}s")
         return seq
@@ -282,61 +325,254 @@ class ChangeLog:
         record object itself is kept in the memory tail and handed to in-process readers:
         do not change it after appending.
         """
-        opts = self._opts
-        if len(record.payload) > opts.max_record_bytes:
-            raise ValueError(
-                f"payload of {len(record.payload)} bytes exceeds max_record_bytes "
-                f"({opts.max_record_bytes}); append it in chunks"
-            )
-        flags = record.flags
-        with self._lock:
+        return self.append_many((record,))
+
+    def append_many(self, records: Sequence[Record]) -> int:
+        """Append records in order (whole transactions or chunks); returns the last seq.
+
+        The cheap way to append several transactions at hand (one lock acquisition and
+        one pass for the batch). Like :meth:`append_nowait` it does not wait: use
+        :meth:`wait_acked` with the returned seq. A record that cannot be framed raises
+        ``ValueError``; the records before it are appended.
+        """
+        with self._alock:
             if self._closed or self._failed is not None or self._read_only:
                 self._check_writable()
-            if flags & 1:
-                if self._in_group:
+            if not self._in_group and self._roll_due():
+                self._roll()
+            i, n = 0, len(records)
+            while True:
+                with self._lock:
+                    empty = not self._buf
+                    i, roll = self._encode(records, i)
+                    if empty and self._buf:
+                        self._buf_since = now = time.monotonic()
+                        if self._dirty_since is None:
+                            self._dirty_since = now
+                            self._flush_cond.notify()
+                if roll:
+                    self._roll()
+                elif self._buf_bytes >= WRITE_CHUNK:
+                    self._write_out()
+                    if self._unsynced > self._opts.max_pending_bytes:
+                        self._wait_synced()
+                elif i >= n:
+                    return self._next_seq - 1
+
+    def _encode(self, records: Sequence[Record], i: int) -> tuple[int, bool]:
+        """Frame ``records[i:]`` into the buffer (under ``_lock``); return where it stopped.
+
+        Stops early (second value True) before a transaction that must go to a new
+        segment, or once the buffer holds ``WRITE_CHUNK`` bytes. This is the hot loop of
+        the store: the frame is ``record.encode_parts`` inlined, the index bookkeeping is
+        ``IndexBuilder.add`` inlined; all state is in locals and written back at the end.
+        """
+        opts = self._opts
+        act = self._act
+        builder = act.builder
+        vseqs = builder.view.seqs
+        put = self._buf.append
+        gput = builder.gtids.append
+        _first, _tbase, trecs, tends = self._tail
+        tail_on = opts.memory_tail_bytes > 0
+        pack = LEN_FIXED.pack
+        ppack = PREFIX.pack
+        seq0 = seq = self._next_seq
+        off0 = off = act.size
+        bb, mts, interval = builder.block_bytes, builder.max_ts, builder.interval
+        seg_bytes, max_rec = opts.segment_bytes, opts.max_record_bytes
+        chunk_end = off - self._buf_bytes + WRITE_CHUNK
+        in_group = self._in_group
+        commit: tuple[int, int] | None = None
+        n = len(records)
+        roll = False
+        fixed, frame = FIXED.size, FRAME.size
+        try:
+            while i < n:
+                rec = records[i]
+                flags = rec.flags
+                if flags & 1:
+                    if in_group:
+                        raise ValueError(
+                            "a new transaction began before the last chunk of the previous one"
+                        )
+                    if off >= seg_bytes:
+                        roll = True
+                        break
+                elif not in_group:
+                    raise ValueError("a continuation chunk without a first chunk")
+                payload = rec.payload
+                plen = len(payload)
+                if plen > max_rec:
                     raise ValueError(
-                        "a new transaction began before the last chunk of the previous one"
+                        f"payload of {plen} bytes exceeds max_record_bytes "
+                        f"({max_rec}); append it in chunks"
                     )
-                if self._should_roll():
-                    self._enqueue_roll()
-            elif not self._in_group:
-                raise ValueError("a continuation chunk without a first chunk")
-            seq = self._next_seq
-            head, payload, flen = encode_parts(record, seq)
-            act = self._act
-            off = act.size
-            buf = self._buf
-            buf.append(head)
-            buf.append(payload)
-            act.size = off + flen
-            p = record.position
-            pt = (p.change_id, p.file_num, p.offset, p.event_index)
-            builder = act.builder
-            if builder.count == 0:
-                act.first_pos, act.first_ts = pt, record.ts_us
-            builder.add(seq, off, pt, record.ts_us, record.gtid, flen)
-            act.last_pos, act.last_seq = pt, seq
-            self._next_seq = seq + 1
-            record.seq = seq
-            if flags & 2:
-                self._in_group = False
-                self._buf_commit = (seq, act.size)
-            else:
-                self._in_group = True
-            if self._tail_limit:
-                self._tail_add(seq, record, act.base, off, flen)
-            pending = self._pending + flen
-            self._pending = pending
-            if self._pending_since is None:
-                self._pending_since = time.monotonic()
+                g = rec.gtid
+                gtid = g.encode("ascii")
+                glen = len(gtid)
+                if glen > 255:
+                    raise ValueError(f"GTID longer than 255 bytes: {g!r}")
+                t = rec.tables
+                tables = encode_tables(t) if t else b""
+                tlen = len(tables)
+                body_len = fixed + glen + tlen + plen
+                if body_len > MAX_BODY:
+                    raise ValueError(
+                        f"record body of {body_len} bytes exceeds the {MAX_BODY} byte cap"
+                    )
+                pos = rec.position
+                ts = rec.ts_us
+                hdr = (
+                    pack(
+                        body_len,
+                        seq,
+                        pos.change_id,
+                        pos.file_num,
+                        pos.offset,
+                        pos.event_index,
+                        ts,
+                        rec.schema_version,
+                        flags,
+                        glen,
+                        len(t),
+                        tlen,
+                        rec.chunk_no,
+                        0,
+                    )
+                    + gtid
+                    + tables
+                )
+                put(ppack(MAGIC, crc32c(payload, crc32c(hdr))) + hdr)
+                put(payload)
+                flen = frame + body_len
+                if bb >= interval or not vseqs:
+                    pt = (pos.change_id, pos.file_num, pos.offset, pos.event_index)
+                    if not vseqs:
+                        act.first_pos, act.first_ts = pt, ts
+                    builder.max_ts = mts
+                    builder.open_block(seq, off, pt, ts)
+                    bb = 0
+                bb += flen
+                if ts > mts:
+                    mts = ts
+                gput(g)
+                rec.seq = seq
+                off += flen
+                if tail_on:
+                    trecs.append(rec)
+                    tends.append(off)
+                if flags & 2:
+                    in_group = False
+                    commit = (seq, off)
+                else:
+                    in_group = True
+                seq += 1
+                i += 1
+                if off >= chunk_end:
+                    break
+        finally:
+            if seq != seq0:
+                last = records[i - 1].position
+                act.last_pos = (last.change_id, last.file_num, last.offset, last.event_index)
+                act.last_seq = seq - 1
+                act.size = off
+                builder.block_bytes, builder.max_ts = bb, mts
+                builder.count += seq - seq0
+                self._next_seq = seq
+                self._in_group = in_group
+                self._buf_bytes += off - off0
+                if commit is not None:
+                    self._buf_commit = commit
+                if tail_on and off - self._tail_start > opts.memory_tail_bytes:
+                    self._trim_tail()
+        return i, roll
+
+    def _trim_tail(self) -> None:
+        """Drop the older half of the memory tail (amortized O(1) per record)."""
+        first, base, recs, ends = self._tail
+        k = len(recs) // 2
+        if k == 0:
+            return
+        self._tail_start = ends[k - 1]
+        self._tail = (first + k, base, recs[k:], ends[k:])
+
+    def _write_out(self) -> None:
+        """Hand the buffer to the OS and move the written mark (``_alock`` or flusher)."""
+        with self._wlock:
+            self._write_out_locked()
+
+    def _write_out_locked(self) -> None:
+        with self._lock:
+            if not self._buf:
+                return
+            pieces, self._buf = self._buf, []
+            nbytes, self._buf_bytes = self._buf_bytes, 0
+            commit, self._buf_commit = self._buf_commit, None
+            base, fd = self._act.base, self._wfd
+            idx = self._act.builder.take_unwritten()
+        try:
+            _writev_all(fd, pieces)
+            if idx:
+                _write_all(self._ifd, idx)
+        except BaseException as e:
+            raise self._fail(e) from e
+        with self._lock:
+            self._unsynced += nbytes
+            if commit is not None:
+                self._written = _Mark(base, commit[1], commit[0], fd)
+            if self._dirty_since is None:
+                self._dirty_since = time.monotonic()
                 self._flush_cond.notify()
-            elif pending >= opts.group_commit_bytes and not self._kicked:
-                self._kicked = True
+            elif self._unsynced >= self._opts.group_commit_bytes:
                 self._flush_cond.notify()
-            over = pending >= opts.max_pending_bytes
-        if over:
-            self._flush()
-        return seq
+        if commit is not None and self._opts.durability is Durability.NONE:
+            self._publish(base, commit[1], commit[0])
+
+    def _wait_synced(self) -> None:
+        """Back-pressure: the disk is ``max_pending_bytes`` behind; wait for a sync."""
+        with self._cond:
+            self._flush_cond.notify()
+            self._cond.wait_for(
+                lambda: (
+                    self._unsynced <= self._opts.max_pending_bytes
+                    or self._failed is not None
+                    or self._closed
+                ),
+                1.0,
+            )
+
+    def _sync_now(self) -> None:
+        """Write and sync everything appended so far in this thread, and publish it."""
+        with self._alock:
+            self._write_out()
+            with self._lock:
+                mark = self._written
+            if mark is None:
+                return
+            try:
+                os.fdatasync(mark.fd)
+            except BaseException as e:
+                raise self._fail(e) from e
+            self._publish(mark.base, mark.end, mark.seq)
+
+    def _publish(self, base: int, end: int, seq: int) -> None:
+        """Acknowledge up to ``seq`` (which sits at ``end`` of segment ``base``)."""
+        with self._lock:
+            if seq <= self._acked:
+                return
+            self._acked, self._pub_base, self._pub_end = seq, base, end
+            write_head(self._head_fd, base, end, seq)
+            self._cond.notify_all()
+
+    def _fail(self, e: BaseException) -> StoreError:
+        with self._lock:
+            if self._failed is None:
+                self._failed = e
+            self._cond.notify_all()
+            self._flush_cond.notify_all()
+        log.exception("change log write failed; the log refuses further appends")
+        return StoreError(f"{self._dir}: write failed: {e}")
 
     def append_chunked(
         self, header: Record, chunks: list[bytes] | tuple[bytes, ...], timeout: float | None = None
@@ -365,11 +601,24 @@ class ChangeLog:
         return seq
 
     def wait_acked(self, seq: int, timeout: float | None = None) -> bool:
-        """Wait until ``seq`` is acknowledged; False on timeout. Raises if the log failed."""
+        """Wait until ``seq`` is acknowledged; False on timeout. Raises if the log failed.
+
+        A waiter cuts the group-commit window short: the flusher writes out what the
+        appending thread still buffers and syncs at once (appends go on meanwhile).
+        """
         with self._cond:
-            ok = self._cond.wait_for(
-                lambda: self._acked >= seq or self._failed is not None or self._closed, timeout
-            )
+            if self._acked < seq:
+                self._waiters += 1
+                self._flush_cond.notify()
+                try:
+                    ok = self._cond.wait_for(
+                        lambda: self._acked >= seq or self._failed is not None or self._closed,
+                        timeout,
+                    )
+                finally:
+                    self._waiters -= 1
+            else:
+                ok = True
             if self._failed is not None:
                 raise StoreError(f"{self._dir}: the log failed: {self._failed}")
             return ok and self._acked >= seq
@@ -377,7 +626,7 @@ class ChangeLog:
     def flush(self) -> None:
         """Write and sync everything appended so far (even under ``NONE``), acknowledging it."""
         self._check_writable()
-        self._flush(force_sync=True)
+        self._sync_now()
 
     def _check_writable(self) -> None:
         if self._read_only:
@@ -387,183 +636,140 @@ class ChangeLog:
         if self._failed is not None:
             raise StoreError(f"{self._dir}: the log failed: {self._failed}")
 
-    def _should_roll(self) -> bool:
+    def _roll_due(self) -> bool:
         act = self._act
+        if act.builder.count == 0:
+            return False
         if act.size >= self._opts.segment_bytes:
-            return act.builder.count > 0
+            return True
         ival = self._opts.roll_interval_s
-        return (
-            ival is not None
-            and act.builder.count > 0
-            and time.monotonic() - self._act_created >= ival
-        )
+        return ival is not None and time.monotonic() - self._act_created >= ival
 
-    def _close_buf(self) -> None:
-        if self._buf:
-            self._queue.append(
-                (
-                    "data",
-                    self._act.base,
-                    self._buf,
-                    self._buf_commit,
-                    self._act.builder.take_unwritten(),
+    # --- rolling ---------------------------------------------------------------------------
+
+    def _roll(self) -> None:
+        """Seal the active segment and start the next one (appending thread, ``_alock``)."""
+        with self._wlock:
+            self._write_out_locked()
+            with self._lock:
+                act = self._act
+                entries = act.builder.seal()
+                footer = seal_footer(act.base, act, _now_us())
+                view = act.builder.view
+                act.builder.take_unwritten()
+                old_wfd, old_ifd = self._wfd, self._ifd
+            base = act.last_seq + 1
+            try:
+                # The sealed index goes in place before the footer: once a footer exists,
+                # its index is whole (a crash in between leaves an unsealed segment,
+                # rebuilt anyway).
+                os.close(old_ifd)
+                self._ifd = -1
+                atomic_write(
+                    os.path.join(self._dir, segment_name(act.base, IDX)),
+                    entries
+                    + encode_trailer(entries, len(entries) // 94, footer.last_seq, footer.data_end),
                 )
-            )
-            self._buf = []
-            self._buf_commit = None
-
-    def _enqueue_roll(self) -> None:
-        act = self._act
-        self._close_buf()
-        footer = seal_footer(act.base, act, _now_us())
-        entries = act.builder.seal()
-        self._queue.append(("seal", act.base, footer, entries, act.builder.view))
-        base = self._next_seq
-        self._queue.append(("new", base))
-        self._act = ActiveState(
-            base,
-            0,
-            base - 1,
-            IndexBuilder(self._opts.index_interval_bytes),
-            (0, 0, 0, 0),
-            (0, 0, 0, 0),
-            0,
-        )
-        self._act_created = time.monotonic()
-
-    def _tail_add(self, seq: int, rec: Record, base: int, off: int, flen: int) -> None:
-        limit = self._opts.memory_tail_bytes
-        if limit <= 0:
-            return
-        self._tail[seq] = (rec, base, off, flen)
-        self._tail_bytes += flen
-        tail = self._tail
-        while self._tail_bytes > limit and self._tail_first < seq:
-            old = tail.pop(self._tail_first, None)
-            if old is not None:
-                self._tail_bytes -= old[3]
-            self._tail_first += 1
+                _write_all(old_wfd, encode_footer_tail(footer))
+                os.fsync(old_wfd)
+                size = os.fstat(old_wfd).st_size
+                path = os.path.join(self._dir, segment_name(base))
+                wfd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
+                ifd = os.open(
+                    os.path.join(self._dir, segment_name(base, IDX)),
+                    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC,
+                    0o644,
+                )
+                fsync_dir(self._dir)
+            except BaseException as e:
+                raise self._fail(e) from e
+            with self._lock:
+                meta = self._catalog.find(act.base)
+                assert meta is not None and meta.base == act.base
+                meta.file_bytes = size
+                meta.footer = footer
+                self._catalog.cache_view(act.base, view)
+                self._catalog.segments = [
+                    *self._catalog.segments,
+                    SegmentMeta(base, path, None, 0),
+                ]
+                self._retired.append(old_wfd)
+                self._wfd, self._ifd = wfd, ifd
+                self._act = ActiveState(
+                    base,
+                    0,
+                    base - 1,
+                    IndexBuilder(self._opts.index_interval_bytes),
+                    (0, 0, 0, 0),
+                    (0, 0, 0, 0),
+                    0,
+                )
+                self._act_created = time.monotonic()
+                self._tail = (base, base, [], [])
+                self._tail_start = 0
+                # Everything of the old segment is durable now (fsync above).
+                self._written = None
+                self._unsynced = 0
+                self._acked = max(self._acked, footer.last_seq)
+                self._pub_base, self._pub_end = base, 0
+                write_head(self._head_fd, base, 0, self._acked)
+                self._cond.notify_all()
 
     # --- the flusher -----------------------------------------------------------------------
 
     def _run_flusher(self) -> None:
         group_s = self._opts.group_commit_ms / 1000.0
+        group_bytes = self._opts.group_commit_bytes
+        cond = self._flush_cond
         while True:
             with self._lock:
-                while self._pending_since is None and not self._closed:
-                    self._flush_cond.wait()
-                if self._closed or self._pending_since is None:
+                while self._dirty_since is None and not self._closed:
+                    cond.wait()
+                if self._closed or self._dirty_since is None:
                     return
-                deadline = self._pending_since + group_s
-                while (
-                    self._pending_since is not None
-                    and not self._closed
-                    and self._pending < self._opts.group_commit_bytes
-                ):
+                deadline = self._dirty_since + group_s
+                while not self._closed and not self._waiters and self._unsynced < group_bytes:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
-                    self._flush_cond.wait(remaining)
+                    cond.wait(remaining)
+                if self._closed:
+                    return
             try:
-                self._flush()
+                self._group_commit()
             except StoreError:
                 return
 
-    def _flush(self, force_sync: bool = False) -> None:
-        with self._io_lock:
-            with self._lock:
-                self._close_buf()
-                items, self._queue = self._queue, []
-                self._pending = 0
-                self._pending_since = None
-                self._kicked = False
-            if not items and not force_sync:
-                return
-            try:
-                self._process(items, force_sync)
-            except BaseException as e:
-                with self._lock:
-                    self._failed = e
-                    self._cond.notify_all()
-                log.exception("change log write failed; the log refuses further appends")
-                raise StoreError(f"{self._dir}: write failed: {e}") from e
+    def _group_commit(self) -> None:
+        """One cycle of the flusher: write what an idle appender left, sync, publish.
 
-    def _process(self, items: list[_Item], force_sync: bool) -> None:
-        dirty = force_sync
-        commit: tuple[int, tuple[int, int]] | None = None
-        for item in items:
-            if item[0] == "data":
-                _k, base, data, c, idx = item
-                assert isinstance(data, list) and isinstance(idx, bytes)
-                _writev_all(self._wfd, data)
-                if idx:
-                    _write_all(self._ifd, idx)
-                dirty = True
-                if c is not None:
-                    assert isinstance(base, int) and isinstance(c, tuple)
-                    commit = (base, c)
-                continue
-            if dirty:
-                self._sync_publish(commit, force_sync)
-                dirty, commit = False, None
-            if item[0] == "seal":
-                _k, base, footer, entries, view = item
-                assert isinstance(base, int) and isinstance(footer, Footer)
-                assert isinstance(entries, bytes) and isinstance(view, IndexView)
-                self._do_seal(base, footer, entries, view)
-            else:
-                assert isinstance(item[1], int)
-                self._do_new(item[1])
-        if dirty:
-            self._sync_publish(commit, force_sync)
-
-    def _sync_publish(self, commit: tuple[int, tuple[int, int]] | None, force: bool) -> None:
-        if force or self._opts.durability is not Durability.NONE:
-            os.fdatasync(self._wfd)
-        if commit is None:
+        A busy appender writes its own buffer (``WRITE_CHUNK``); taking it from under it
+        would only make the two threads contend, so the flusher writes it only once it
+        has sat for a group-commit window, or when someone waits for an acknowledgement.
+        """
+        with self._lock:
+            idle = bool(self._buf) and (
+                self._waiters > 0
+                or time.monotonic() - self._buf_since >= self._opts.group_commit_ms / 1000.0
+            )
+        if idle:
+            self._write_out()
+        with self._lock:
+            retired, self._retired = self._retired, []
+            mark = self._written
+            self._unsynced = 0
+            self._dirty_since = self._buf_since if self._buf else None
+            self._cond.notify_all()
+        for fd in retired:
+            os.close(fd)
+        if mark is None or mark.seq <= self._acked:
             return
-        base, (seq, end) = commit
-        with self._lock:
-            self._acked, self._pub_base, self._pub_end = seq, base, end
-            self._cond.notify_all()
-        write_head(self._head_fd, base, end, seq)
-
-    def _do_seal(self, base: int, footer: Footer, entries: bytes, view: IndexView) -> None:
-        # The sealed index goes in place before the footer: once a footer exists, its
-        # index is whole (a crash in between leaves an unsealed segment, rebuilt anyway).
-        os.close(self._ifd)
-        idx = os.path.join(self._dir, segment_name(base, IDX))
-        atomic_write(
-            idx,
-            entries + encode_trailer(entries, len(entries) // 94, footer.last_seq, footer.data_end),
-        )
-        _write_all(self._wfd, encode_footer_tail(footer))
-        os.fsync(self._wfd)
-        size = os.fstat(self._wfd).st_size
-        os.close(self._wfd)
-        self._wfd = self._ifd = -1
-        with self._lock:
-            meta = self._catalog.find(base)
-            assert meta is not None and meta.base == base
-            meta.file_bytes = size
-            meta.footer = footer
-            self._catalog.cache_view(base, view)
-
-    def _do_new(self, base: int) -> None:
-        path = os.path.join(self._dir, segment_name(base))
-        self._wfd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._ifd = os.open(
-            os.path.join(self._dir, segment_name(base, IDX)),
-            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC,
-            0o644,
-        )
-        fsync_dir(self._dir)
-        with self._lock:
-            segs = self._catalog.segments
-            self._catalog.segments = [*segs, SegmentMeta(base, path, None, 0)]
-            self._pub_base, self._pub_end = base, 0
-            self._cond.notify_all()
-        write_head(self._head_fd, base, 0, self._acked)
+        if self._opts.durability is not Durability.NONE:
+            try:
+                os.fdatasync(mark.fd)
+            except BaseException as e:
+                raise self._fail(e) from e
+        self._publish(mark.base, mark.end, mark.seq)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -607,8 +813,13 @@ class ChangeLog:
             self._refresh()
         return self._acked
 
-    def _tail_get(self, seq: int) -> tuple[Record, int, int, int] | None:
-        return self._tail.get(seq)
+    def _tail_get(self, seq: int) -> tuple[Record, int, int] | None:
+        """(record, segment base, end offset) from the memory tail, or None."""
+        first, base, recs, ends = self._tail
+        i = seq - first
+        if 0 <= i < len(ends):
+            return recs[i], base, ends[i]
+        return None
 
     def _active_first(self) -> tuple[PosTuple, int]:
         if self._read_only:

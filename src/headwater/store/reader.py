@@ -311,10 +311,10 @@ class LogReader:
             )
         hit = log._tail_get(seq)
         if hit is not None:
-            rec, base, off, flen = hit
+            rec, base, end = hit
             if self._meta is None or self._meta.base != base:
                 self._switch(log._find_segment(seq))
-            self._off = off + flen
+            self._off = end
             self._seq = seq + 1
             return rec
         if self._meta is None:

@@ -48,12 +48,15 @@ __all__ = [
     "FIXED",
     "FRAME",
     "LAST_CHUNK",
+    "LEN_FIXED",
     "MAGIC",
     "MAX_BODY",
+    "PREFIX",
     "WHOLE",
     "Record",
     "decode_body",
     "encode_parts",
+    "encode_tables",
     "frame_crc",
 ]
 
@@ -62,6 +65,10 @@ MAGIC_BYTES = b"HWR1"
 FRAME = struct.Struct("<III")  # magic, crc32c, body_len
 LEN = struct.Struct("<I")
 FIXED = struct.Struct("<QQIQIQQBBHIIH")
+# The frame split where the CRC's coverage starts: PREFIX (magic, crc) is followed by
+# LEN_FIXED (body_len and the fixed header), which the CRC covers with the rest.
+PREFIX = struct.Struct("<II")
+LEN_FIXED = struct.Struct("<I" + FIXED.format[1:])
 TABLE_NAME = struct.Struct("<H")
 TABLE_ROWS = struct.Struct("<Q")
 MAX_BODY = 256 * 1024 * 1024
@@ -104,39 +111,44 @@ def encode_parts(rec: Record, seq: int) -> tuple[bytes, bytes, int]:
 
     The payload is not copied: the caller writes ``head`` then ``rec.payload``. Raises
     ``ValueError`` for a record that cannot be framed (over-long GTID or table list).
+    (The writer inlines the same steps in its batch loop, log.py ``_encode``.)
     """
     pos = rec.position
     gtid = rec.gtid.encode("ascii")
     if len(gtid) > 255:
         raise ValueError(f"GTID longer than 255 bytes: {rec.gtid!r}")
-    tables = _encode_tables(rec.tables) if rec.tables else b""
-    fixed = FIXED.pack(
-        seq,
-        pos.change_id,
-        pos.file_num,
-        pos.offset,
-        pos.event_index,
-        rec.ts_us,
-        rec.schema_version,
-        rec.flags,
-        len(gtid),
-        len(rec.tables),
-        len(tables),
-        rec.chunk_no,
-        0,
-    )
-    hdr = fixed + gtid + tables
-    body_len = len(hdr) + len(rec.payload)
+    tables = encode_tables(rec.tables) if rec.tables else b""
+    body_len = FIXED.size + len(gtid) + len(tables) + len(rec.payload)
     if body_len > MAX_BODY:
         raise ValueError(f"record body of {body_len} bytes exceeds the {MAX_BODY} byte cap")
-    crc = crc32c(rec.payload, crc32c(hdr, crc32c(LEN.pack(body_len))))
-    return FRAME.pack(MAGIC, crc, body_len) + hdr, rec.payload, FRAME.size + body_len
+    hdr = (
+        LEN_FIXED.pack(
+            body_len,
+            seq,
+            pos.change_id,
+            pos.file_num,
+            pos.offset,
+            pos.event_index,
+            rec.ts_us,
+            rec.schema_version,
+            rec.flags,
+            len(gtid),
+            len(rec.tables),
+            len(tables),
+            rec.chunk_no,
+            0,
+        )
+        + gtid
+        + tables
+    )
+    crc = crc32c(rec.payload, crc32c(hdr))
+    return PREFIX.pack(MAGIC, crc) + hdr, rec.payload, FRAME.size + body_len
 
 
 _TABLES_CACHE: dict[tuple[tuple[str, int], ...], bytes] = {}
 
 
-def _encode_tables(tables: tuple[tuple[str, int], ...]) -> bytes:
+def encode_tables(tables: tuple[tuple[str, int], ...]) -> bytes:
     """The table list's bytes; the same few lists recur, so they are cached (bounded)."""
     cached = _TABLES_CACHE.get(tables)
     if cached is not None:

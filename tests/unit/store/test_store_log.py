@@ -197,11 +197,32 @@ def test_reader_never_sees_unacknowledged_records(tmp_path: Path, opts, rec) -> 
 
 
 def test_memory_tail_serves_recent_records(tmp_path: Path, opts, rec) -> None:
-    with ChangeLog.open(str(tmp_path), opts(memory_tail_bytes=1 << 20)) as log:
-        fill(log, rec, 1, 21)
-        originals = list(log._tail.values())
+    # The tail holds the active segment's records: the appended objects themselves.
+    options = opts(memory_tail_bytes=1 << 20, segment_bytes=1 << 20)
+    with ChangeLog.open(str(tmp_path), options) as log:
+        originals = [rec(i) for i in range(1, 21)]
+        log.append_many(originals)
+        log.flush()
         got = list(log.reader())
-        assert [id(r) for r in got] == [id(o[0]) for o in originals]
+        assert [id(r) for r in got] == [id(o) for o in originals]
+
+
+def test_memory_tail_keeps_the_newest_records_within_its_budget(tmp_path: Path, opts, rec) -> None:
+    options = opts(memory_tail_bytes=2000, segment_bytes=1 << 20)
+    with ChangeLog.open(str(tmp_path), options) as log:
+        originals = [rec(i) for i in range(1, 101)]
+        for r in originals:
+            log.append_nowait(r)
+        log.flush()
+        first, _base, recs, _ends = log._tail
+        # ~190-byte frames: the tail is halved whenever it passes 2000 bytes.
+        assert len(recs) == 101 - first
+        assert 5 <= len(recs) <= 11
+        got = list(log.reader())
+        assert [r.seq for r in got] == list(range(1, 101))
+        assert [id(r) for r in got[first - 1 :]] == [id(o) for o in originals[first - 1 :]]
+        assert all(a is not b for a, b in zip(got[: first - 1], originals, strict=False))
+        assert [r.payload for r in got] == [r.payload for r in originals]
 
 
 def test_chunked_transaction_reassembles_and_streams(tmp_path: Path, opts, rec) -> None:
