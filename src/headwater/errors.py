@@ -18,8 +18,10 @@ secrets, and say whether retrying can help::
      |         +-- ServerIdConflictError  another replica uses our server_id
      |         +-- ConnectionLostError    the server closed or went silent (transient)
      +-- StoreError                   the change log on disk
-          +-- CorruptRecordError      a record or index entry fails its checks (file, offset)
-          +-- PositionNotRetainedError  a position older than what retention kept
+     |    +-- CorruptRecordError      a record or index entry fails its checks (file, offset)
+     |    +-- PositionNotRetainedError  a position older than what retention kept
+     +-- SchemaError                  table definitions and the schema history
+          +-- DdlError                a DDL statement that cannot be applied (reported, not raised)
 
 ``TransientError`` is a mixin for errors where a retry (reconnect, back off) can succeed.
 """
@@ -34,10 +36,12 @@ __all__ = [
     "ConfigError",
     "ConnectionLostError",
     "CorruptRecordError",
+    "DdlError",
     "HeadwaterError",
     "PositionNotRetainedError",
     "PositionPurgedError",
     "PrivilegeError",
+    "SchemaError",
     "ServerIdConflictError",
     "SourceConfigError",
     "SourceError",
@@ -179,3 +183,14 @@ class CorruptRecordError(StoreError):
 
 class PositionNotRetainedError(StoreError):
     """The requested position is older than what retention has kept."""
+
+
+class SchemaError(HeadwaterError):
+    """Table definitions or the schema history: a corrupt history file, positions out of order."""
+
+
+class DdlError(SchemaError):
+    """A DDL statement that cannot be applied to the known definitions.
+
+    :func:`headwater.schema.ddl.apply_ddl` catches it and reports the statement as unparsed.
+    """
