@@ -1,0 +1,317 @@
+"""The HTTP server and its routes (standard library ``ThreadingHTTPServer``, HTTP/1.1).
+
+One thread per connection: a long-poll fetch blocks its thread in the store's wait (woken
+when the writer acknowledges a record), which is what ``LogReader.next`` offers. Routes:
+
+=======  ===============  ===========================================================
+GET      /healthz         ``{"status": "ok"}``; never needs the token
+GET      /metrics         Prometheus text (metrics.py)
+GET      /v1/info         the server and, per task, retained range, positions, status
+POST     /v1/subscribe    resolve a start point; returns the first checkpoint
+POST     /v1/fetch        the next batch after a checkpoint (batch.py), long-poll
+=======  ===============  ===========================================================
+
+Errors are JSON ``{"error": reason, "field": field-or-null, ...}``: 400 malformed request
+(field names the offending field), 401 missing or wrong bearer token, 404 unknown task or
+endpoint, 405 wrong method, 410 position no longer retained (with ``retained``: the first
+and last records kept), 413 body too large, 500 a record that does not decode. The token
+is compared in constant time and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+
+from headwater import __version__
+from headwater.errors import BinlogFormatError, PositionNotRetainedError, StoreError
+from headwater.server import ServerOptions, TaskHandle
+from headwater.server.batch import fetch_batch
+from headwater.server.encoding import encoder_for
+from headwater.server.metrics import Metrics
+from headwater.server.requests import (
+    FORMATS,
+    Checkpoint,
+    RequestError,
+    encode_checkpoint,
+    parse_fetch,
+    parse_subscribe,
+)
+from headwater.store import ChangeLog, LogInfo
+
+__all__ = ["HeadwaterServer"]
+
+log = logging.getLogger(__name__)
+
+_ROUTES = {
+    "/healthz": "GET",
+    "/metrics": "GET",
+    "/v1/info": "GET",
+    "/v1/subscribe": "POST",
+    "/v1/fetch": "POST",
+}
+
+
+def _info(info: LogInfo | None) -> dict[str, Any] | None:
+    if info is None:
+        return None
+    return {
+        "seq": info.seq,
+        "position": info.position.to_json(),
+        "ts_us": info.ts_us,
+        "gtid": info.gtid,
+    }
+
+
+def _retained(changelog: ChangeLog) -> dict[str, Any]:
+    return {"earliest": _info(changelog.earliest()), "latest": _info(changelog.latest())}
+
+
+class HeadwaterServer:
+    """Serves ``tasks`` (a mapping read on every request) until :meth:`close`."""
+
+    def __init__(self, tasks: Mapping[str, TaskHandle], options: ServerOptions | None = None):
+        self.tasks = tasks
+        self.options = options or ServerOptions()
+        self.metrics = Metrics()
+        self._token = None if self.options.token is None else self.options.token.encode()
+        self._httpd = _HTTPServer((self.options.host, self.options.port), _Handler)
+        self._httpd.app = self
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{host}:{port}"
+
+    def start(self) -> HeadwaterServer:
+        """Serve in a background thread; returns self."""
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            args=(0.05,),  # how soon close() is noticed; requests never wait on it
+            name="headwater-http",
+            daemon=True,
+        )
+        self._thread.start()
+        log.info("serving %d tasks on %s", len(self.tasks), self.url)
+        return self
+
+    def serve_forever(self) -> None:
+        self._httpd.serve_forever()
+
+    def close(self) -> None:
+        """Stop accepting requests. Long-polls in flight end at their own timeout."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> HeadwaterServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- request handling (called from handler threads) ---------------------------------
+
+    def authorized(self, header: str | None) -> bool:
+        if self._token is None:
+            return True
+        given = (header or "").encode("utf-8", "replace")
+        return hmac.compare_digest(given, b"Bearer " + self._token)
+
+    def task(self, name: str, field: str) -> TaskHandle:
+        handle = self.tasks.get(name)
+        if handle is None:
+            raise RequestError(404, f"no task named {name!r}", field)
+        return handle
+
+    def info(self) -> dict[str, Any]:
+        now_us = time.time_ns() // 1000
+        tasks: dict[str, Any] = {}
+        for name, handle in sorted(self.tasks.items()):
+            status = handle.status_dict()
+            retained = _retained(handle.change_log())
+            latest = retained["latest"]
+            tasks[name] = {
+                "source": handle.source or name,
+                **retained,
+                "gtid_set": status.get("gtid_set"),
+                "lag_seconds": status.get("lag_seconds"),
+                "latest_age_seconds": None if latest is None else (now_us - latest["ts_us"]) / 1e6,
+                "status": status,
+            }
+        server = {"name": "headwater", "version": __version__, "api": "v1"}
+        return {"server": {**server, "formats": list(FORMATS)}, "tasks": tasks}
+
+    def subscribe(self, body: Any) -> dict[str, Any]:
+        sub, start = parse_subscribe(body)
+        changelog = self.task(sub.task, "task").change_log()
+        try:
+            with changelog.reader(start) as reader:
+                seq = reader.next_seq
+        except PositionNotRetainedError as e:
+            raise RequestError(410, str(e), "start", retained=_retained(changelog)) from None
+        cp = Checkpoint(sub, seq, 0)
+        log.info("subscribe task=%s format=%s start=%s -> seq %d", sub.task, sub.format, start, seq)
+        return {
+            "task": sub.task,
+            "checkpoint": encode_checkpoint(cp),
+            "next": {"seq": seq, "row": 0},
+            **_retained(changelog),
+        }
+
+    def fetch(self, body: Any) -> tuple[str, list[bytes], int]:
+        req = parse_fetch(body, self.options)
+        cp = req.checkpoint
+        sub = cp.sub
+        handle = self.task(sub.task, "checkpoint.task")
+        changelog = handle.change_log()
+        last = changelog.latest()
+        latest_seq = 0 if last is None else last.seq
+        if cp.seq > latest_seq + 1:
+            raise RequestError(
+                400, f"seq {cp.seq} is beyond the log's end ({latest_seq})", "checkpoint.seq"
+            )
+        encoder = encoder_for(sub.format)
+        self.metrics.fetch_started()
+        try:
+            batch = fetch_batch(
+                sub.task, handle, changelog, req, encoder, self.options.max_scan_bytes
+            )
+        except PositionNotRetainedError as e:
+            raise RequestError(410, str(e), "checkpoint", retained=_retained(changelog)) from None
+        finally:
+            self.metrics.fetch_ended()
+        last = changelog.latest()
+        tail = {
+            "checkpoint": encode_checkpoint(cp.at(batch.seq, batch.row)),
+            "next": {"seq": batch.seq, "row": batch.row},
+            "latest_seq": 0 if last is None else last.seq,
+            "more": batch.more,
+        }
+        pieces = encoder.envelope(sub.task, batch.items, sub.raw, tail)
+        nbytes = sum(len(p) for p in pieces)
+        self.metrics.fetched(sub.task, sub.format, len(batch.items), nbytes)
+        return encoder.content_type, pieces, nbytes
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False  # long-polls finish on their own; close() does not wait for them
+    app: HeadwaterServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+    server_version = f"headwater/{__version__}"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        app = self.server.app
+        path = self.path.split("?", 1)[0]
+        endpoint = path if path in _ROUTES else "other"
+        try:
+            body = self._read_body()
+            code = self._route(app, method, path, body)
+        except RequestError as e:
+            code = e.status
+            self._json(code, e.body())
+        except BinlogFormatError as e:
+            log.error("fetch failed: %s", e)
+            code = 500
+            self._json(code, {"error": str(e), "field": None})
+        except StoreError as e:
+            log.error("store error: %s", e)
+            code = 503
+            self._json(code, {"error": str(e), "field": None})
+        app.metrics.inc("headwater_http_requests_total", endpoint=endpoint, code=str(code))
+
+    def _read_body(self) -> bytes:
+        length_text = self.headers.get("Content-Length", "0")
+        try:
+            length = int(length_text)
+        except ValueError:
+            raise RequestError(400, "Content-Length is not a number", "Content-Length") from None
+        if length > self.server.app.options.max_body_bytes:
+            self.close_connection = True
+            raise RequestError(413, f"request body over {length} bytes", "body")
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _route(self, app: HeadwaterServer, method: str, path: str, body: bytes) -> int:
+        if path == "/healthz" and method == "GET":
+            return self._json(200, {"status": "ok"})
+        if not app.authorized(self.headers.get("Authorization")):
+            self._json(
+                401,
+                {"error": "missing or wrong bearer token", "field": "Authorization"},
+                {"WWW-Authenticate": 'Bearer realm="headwater"'},
+            )
+            return 401
+        want = _ROUTES.get(path)
+        if want is None:
+            raise RequestError(404, f"no endpoint {path}", None)
+        if want != method:
+            raise RequestError(405, f"{path} takes {want}", None)
+        if path == "/metrics":
+            data = app.metrics.render(app.tasks)
+            return self._send(200, "text/plain; version=0.0.4; charset=utf-8", [data])
+        if path == "/v1/info":
+            return self._json(200, app.info())
+        doc = self._parse_json(body)
+        if path == "/v1/subscribe":
+            return self._json(200, app.subscribe(doc))
+        content_type, pieces, _n = app.fetch(doc)
+        return self._send(200, content_type, pieces)
+
+    @staticmethod
+    def _parse_json(body: bytes) -> Any:
+        if not body:
+            raise RequestError(400, "the request needs a JSON body", "body")
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise RequestError(400, f"not JSON: {e}", "body") from None
+
+    def _json(self, code: int, doc: Any, headers: dict[str, str] | None = None) -> int:
+        return self._send(code, "application/json", [orjson.dumps(doc)], headers)
+
+    def _send(
+        self,
+        code: int,
+        content_type: str,
+        pieces: list[bytes],
+        headers: dict[str, str] | None = None,
+    ) -> int:
+        self.send_response(code, HTTPStatus(code).phrase)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(sum(len(p) for p in pieces)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        for piece in pieces:
+            self.wfile.write(piece)
+        return code
