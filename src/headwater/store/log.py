@@ -37,7 +37,6 @@ tell an acknowledged record from a written but not yet synced one.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -47,26 +46,20 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from headwater.errors import CorruptRecordError, PositionNotRetainedError, StoreError
+from headwater.errors import CorruptRecordError, StoreError
 from headwater.position import Position
-from headwater.store._fs import atomic_write, fsync_dir
+from headwater.store._fs import fsync_dir, write_all, writev_all
 from headwater.store.catalog import (
     HEAD_NAME,
     ActiveState,
     Catalog,
     lock_dir,
-    read_head,
-    seal_footer,
     write_head,
 )
-from headwater.store.index import (
-    GtidSummary,
-    IndexBuilder,
-    IndexView,
-    PosTuple,
-    encode_trailer,
-    merge_summaries,
-)
+from headwater.store.flusher import Flusher
+from headwater.store.index import GtidSummary
+from headwater.store.logread import ReadSide
+from headwater.store.maintenance import Maintenance
 from headwater.store.options import Durability, StoreOptions
 from headwater.store.reader import EARLIEST, AtSeq, FileWatch, LogReader, Start
 from headwater.store.record import (
@@ -79,30 +72,17 @@ from headwater.store.record import (
     Record,
     encode_tables,
 )
-from headwater.store.retention import plan_compression, plan_retention
-from headwater.store.segment import (
-    IDX,
-    ZSEG,
-    SegmentMeta,
-    Source,
-    compress_segment,
-    encode_footer_tail,
-    open_source,
-    read_footer,
-    read_record,
-    segment_name,
-)
+from headwater.store.rolling import Rolling
+from headwater.store.segment import IDX, SegmentMeta, segment_name
 
 __all__ = ["ChangeLog", "LogInfo"]
 
 log = logging.getLogger(__name__)
 
-PURGED_NAME = "purged"
 # The appending thread writes its buffer to the OS once it holds this many bytes: large
 # enough for few system calls, small enough to stay in CPU caches and keep the flusher's
 # syncs overlapping with appends.
 WRITE_CHUNK = 1 << 20
-IOV_MAX = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,25 +109,13 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def _writev_all(fd: int, pieces: list[bytes]) -> None:
-    """Write the pieces in order with as few system calls as possible (no joining copy)."""
-    for i in range(0, len(pieces), IOV_MAX):
-        batch = pieces[i : i + IOV_MAX]
-        n = os.writev(fd, batch)
-        total = sum(map(len, batch))
-        if n < total:  # a short write (rare for files): finish the rest plainly
-            _write_all(fd, b"".join(batch)[n:])
+class ChangeLog(Rolling, ReadSide, Maintenance):
+    """A change log directory. Create with :meth:`open`; close with :meth:`close`.
 
-
-def _write_all(fd: int, data: bytes | bytearray) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-class ChangeLog:
-    """A change log directory. Create with :meth:`open`; close with :meth:`close`."""
+    This module is the writer and the segment list; the read side is in logread.py,
+    retention and compression in maintenance.py, the group-commit thread in flusher.py,
+    sealing and rolling segments in rolling.py.
+    """
 
     def __init__(self, directory: str, options: StoreOptions, read_only: bool) -> None:
         self._dir = os.path.abspath(directory)
@@ -173,7 +141,7 @@ class ChangeLog:
         self._lock_fd = -1
         self._head_fd = -1
         self._watch: FileWatch | None = None
-        self._flusher: threading.Thread | None = None
+        self._flusher: Flusher | None = None
 
     # --- opening and closing ---------------------------------------------------------------
 
@@ -221,9 +189,7 @@ class ChangeLog:
         self._waiters = 0
         self._retired: list[int] = []
         self._in_group = False
-        self._flusher = threading.Thread(
-            target=self._run_flusher, name="headwater-store-flush", daemon=True
-        )
+        self._flusher = Flusher(self)
         self._flusher.start()
 
     def _start_active(self, act: ActiveState) -> None:
@@ -512,9 +478,9 @@ class ChangeLog:
             base, fd = self._act.base, self._wfd
             idx = self._act.builder.take_unwritten()
         try:
-            _writev_all(fd, pieces)
+            writev_all(fd, pieces)
             if idx:
-                _write_all(self._ifd, idx)
+                write_all(self._ifd, idx)
         except BaseException as e:
             raise self._fail(e) from e
         with self._lock:
@@ -636,141 +602,6 @@ class ChangeLog:
         if self._failed is not None:
             raise StoreError(f"{self._dir}: the log failed: {self._failed}")
 
-    def _roll_due(self) -> bool:
-        act = self._act
-        if act.builder.count == 0:
-            return False
-        if act.size >= self._opts.segment_bytes:
-            return True
-        ival = self._opts.roll_interval_s
-        return ival is not None and time.monotonic() - self._act_created >= ival
-
-    # --- rolling ---------------------------------------------------------------------------
-
-    def _roll(self) -> None:
-        """Seal the active segment and start the next one (appending thread, ``_alock``)."""
-        with self._wlock:
-            self._write_out_locked()
-            with self._lock:
-                act = self._act
-                entries = act.builder.seal()
-                footer = seal_footer(act.base, act, _now_us())
-                view = act.builder.view
-                act.builder.take_unwritten()
-                old_wfd, old_ifd = self._wfd, self._ifd
-            base = act.last_seq + 1
-            try:
-                # The sealed index goes in place before the footer: once a footer exists,
-                # its index is whole (a crash in between leaves an unsealed segment,
-                # rebuilt anyway).
-                os.close(old_ifd)
-                self._ifd = -1
-                atomic_write(
-                    os.path.join(self._dir, segment_name(act.base, IDX)),
-                    entries
-                    + encode_trailer(entries, len(entries) // 94, footer.last_seq, footer.data_end),
-                )
-                _write_all(old_wfd, encode_footer_tail(footer))
-                os.fsync(old_wfd)
-                size = os.fstat(old_wfd).st_size
-                path = os.path.join(self._dir, segment_name(base))
-                wfd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-                ifd = os.open(
-                    os.path.join(self._dir, segment_name(base, IDX)),
-                    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC,
-                    0o644,
-                )
-                fsync_dir(self._dir)
-            except BaseException as e:
-                raise self._fail(e) from e
-            with self._lock:
-                meta = self._catalog.find(act.base)
-                assert meta is not None and meta.base == act.base
-                meta.file_bytes = size
-                meta.footer = footer
-                self._catalog.cache_view(act.base, view)
-                self._catalog.segments = [
-                    *self._catalog.segments,
-                    SegmentMeta(base, path, None, 0),
-                ]
-                self._retired.append(old_wfd)
-                self._wfd, self._ifd = wfd, ifd
-                self._act = ActiveState(
-                    base,
-                    0,
-                    base - 1,
-                    IndexBuilder(self._opts.index_interval_bytes),
-                    (0, 0, 0, 0),
-                    (0, 0, 0, 0),
-                    0,
-                )
-                self._act_created = time.monotonic()
-                self._tail = (base, base, [], [])
-                self._tail_start = 0
-                # Everything of the old segment is durable now (fsync above).
-                self._written = None
-                self._unsynced = 0
-                self._acked = max(self._acked, footer.last_seq)
-                self._pub_base, self._pub_end = base, 0
-                write_head(self._head_fd, base, 0, self._acked)
-                self._cond.notify_all()
-
-    # --- the flusher -----------------------------------------------------------------------
-
-    def _run_flusher(self) -> None:
-        group_s = self._opts.group_commit_ms / 1000.0
-        group_bytes = self._opts.group_commit_bytes
-        cond = self._flush_cond
-        while True:
-            with self._lock:
-                while self._dirty_since is None and not self._closed:
-                    cond.wait()
-                if self._closed or self._dirty_since is None:
-                    return
-                deadline = self._dirty_since + group_s
-                while not self._closed and not self._waiters and self._unsynced < group_bytes:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    cond.wait(remaining)
-                if self._closed:
-                    return
-            try:
-                self._group_commit()
-            except StoreError:
-                return
-
-    def _group_commit(self) -> None:
-        """One cycle of the flusher: write what an idle appender left, sync, publish.
-
-        A busy appender writes its own buffer (``WRITE_CHUNK``); taking it from under it
-        would only make the two threads contend, so the flusher writes it only once it
-        has sat for a group-commit window, or when someone waits for an acknowledgement.
-        """
-        with self._lock:
-            idle = bool(self._buf) and (
-                self._waiters > 0
-                or time.monotonic() - self._buf_since >= self._opts.group_commit_ms / 1000.0
-            )
-        if idle:
-            self._write_out()
-        with self._lock:
-            retired, self._retired = self._retired, []
-            mark = self._written
-            self._unsynced = 0
-            self._dirty_since = self._buf_since if self._buf else None
-            self._cond.notify_all()
-        for fd in retired:
-            os.close(fd)
-        if mark is None or mark.seq <= self._acked:
-            return
-        if self._opts.durability is not Durability.NONE:
-            try:
-                os.fdatasync(mark.fd)
-            except BaseException as e:
-                raise self._fail(e) from e
-        self._publish(mark.base, mark.end, mark.seq)
-
     # --- reading ---------------------------------------------------------------------------
 
     def reader(self, start: Start = EARLIEST) -> LogReader:
@@ -799,253 +630,3 @@ class ChangeLog:
     def segments(self) -> list[SegmentMeta]:
         """The segments as the top-level index sees them (oldest first)."""
         return list(self._catalog.segments)
-
-    # Internals used by reader.py.
-
-    def _segments_snapshot(self) -> list[SegmentMeta]:
-        return self._catalog.segments
-
-    def _earliest_seq(self) -> int:
-        return self._catalog.earliest_seq()
-
-    def _visible_for(self, seq: int) -> int:
-        if self._read_only and seq > self._acked:
-            self._refresh()
-        return self._acked
-
-    def _tail_get(self, seq: int) -> tuple[Record, int, int] | None:
-        """(record, segment base, end offset) from the memory tail, or None."""
-        first, base, recs, ends = self._tail
-        i = seq - first
-        if 0 <= i < len(ends):
-            return recs[i], base, ends[i]
-        return None
-
-    def _active_first(self) -> tuple[PosTuple, int]:
-        if self._read_only:
-            segs = self._catalog.segments
-            if not segs or self._pub_end == 0:
-                return (0, 0, 0, 0), 0
-            src = open_source(segs[0].path)
-            try:
-                rec, _n = read_record(src, 0, self._pub_end)
-            finally:
-                src.close()
-            p = rec.position
-            return (p.change_id, p.file_num, p.offset, p.event_index), rec.ts_us
-        return self._act.first_pos, self._act.first_ts
-
-    def _active_view_complete(self) -> bool:
-        return not self._read_only
-
-    def _purged_summary(self) -> GtidSummary:
-        return self._purged
-
-    def _find_segment(self, seq: int) -> SegmentMeta:
-        meta = self._catalog.find(seq)
-        if self._read_only and (
-            meta is None or (meta.footer is not None and meta.footer.last_seq < seq)
-        ):
-            self._refresh(relist=True)
-            meta = self._catalog.find(seq)
-        if meta is None or seq < self._catalog.earliest_seq():
-            raise PositionNotRetainedError(
-                f"seq {seq} is no longer retained (earliest is {self._catalog.earliest_seq()})"
-            )
-        return meta
-
-    def _view(self, meta: SegmentMeta) -> IndexView:
-        if meta.footer is not None:
-            return self._catalog.sealed_view(meta)
-        if self._read_only:
-            return self._catalog.active_view_from_disk(meta, self._pub_end)
-        if meta.base == self._act.base:
-            return self._act.builder.view
-        # Sealed meanwhile by the flusher: its footer lands right after; use the cache.
-        return self._catalog.sealed_view(self._wait_sealed(meta))
-
-    def _wait_sealed(self, meta: SegmentMeta) -> SegmentMeta:
-        with self._cond:
-            self._cond.wait_for(lambda: meta.footer is not None or self._failed is not None, 5.0)
-        if meta.footer is None:
-            raise StoreError(f"segment {meta.path} was not sealed in time")
-        return meta
-
-    def _limit(self, meta: SegmentMeta) -> int:
-        if meta.footer is not None:
-            return meta.footer.data_end
-        if meta.base == self._pub_base:
-            return self._pub_end
-        if self._read_only and meta.base < self._pub_base:
-            meta.footer = read_footer(meta.path)
-            return meta.footer.data_end
-        return 0
-
-    def _open_source(self, meta: SegmentMeta) -> Source:
-        try:
-            return open_source(meta.path)
-        except FileNotFoundError:
-            pass
-        # Compressed or deleted since this reader looked: look again.
-        if self._read_only:
-            self._refresh(relist=True)
-        cur = self._catalog.find(meta.base)
-        if cur is None or cur.base != meta.base:
-            raise PositionNotRetainedError(f"segment {meta.path} is no longer retained") from None
-        try:
-            return open_source(cur.path)
-        except FileNotFoundError:
-            raise PositionNotRetainedError(f"segment {meta.path} is no longer retained") from None
-
-    def _wait_for(self, seq: int, timeout: float | None) -> bool:
-        """Wait until ``seq`` is acknowledged (or ``timeout``); True if it is."""
-        if not self._read_only:
-            with self._cond:
-                return (
-                    self._cond.wait_for(
-                        lambda: self._acked >= seq or self._closed or self._failed is not None,
-                        timeout,
-                    )
-                    and self._acked >= seq
-                )
-        assert self._watch is not None
-        self._refresh()
-        if self._acked >= seq:
-            return True
-        self._watch.wait(timeout)
-        self._refresh()
-        return self._acked >= seq
-
-    def _refresh(self, relist: bool = False) -> None:
-        """Read-only: pick up the writer's progress from ``head`` (and the listing)."""
-        head = read_head(self._head_fd)
-        if head is None:
-            raise StoreError(f"{self._dir}: head file unreadable")
-        base, end, seq = head
-        with self._lock:
-            if relist or base != self._pub_base:
-                self._catalog.load_readonly(base)
-            self._pub_base, self._pub_end, self._acked = base, end, seq
-            if self._catalog.earliest_seq() > 1:
-                self._load_purged()
-
-    # --- retention and compression ---------------------------------------------------------
-
-    def apply_retention(self, now_us: int | None = None) -> list[str]:
-        """Delete whole sealed segments beyond the retention age or size; return their paths."""
-        self._check_writable()
-        now = _now_us() if now_us is None else now_us
-        with self._maint_lock:
-            doomed = plan_retention(
-                self._catalog.segments,
-                now,
-                max_age_s=self._opts.retention_age_s,
-                max_bytes=self._opts.retention_bytes,
-            )
-            if not doomed:
-                return []
-            purged = self._purged
-            for meta in doomed:
-                assert meta.footer is not None
-                purged = merge_summaries(purged, meta.footer.summary)
-            self._save_purged(purged)
-            for meta in doomed:
-                with self._lock:
-                    self._catalog.replace(meta, None)
-                    self._catalog.drop_view(meta.base)
-                for path in (meta.index_path, meta.path):
-                    try:
-                        os.unlink(path)
-                    except FileNotFoundError:
-                        log.warning("retention: %s was already gone", path)
-            fsync_dir(self._dir)
-            log.info(
-                "retention deleted %d segments up to seq %d",
-                len(doomed),
-                doomed[-1].footer.last_seq if doomed[-1].footer else 0,
-            )
-            return [m.path for m in doomed]
-
-    def compress_sealed(self, now_us: int | None = None) -> list[str]:
-        """zstd-compress sealed segments older than ``compress_after_s``; return new paths."""
-        self._check_writable()
-        now = _now_us() if now_us is None else now_us
-        done: list[str] = []
-        with self._maint_lock:
-            for meta in plan_compression(
-                self._catalog.segments, now, after_s=self._opts.compress_after_s
-            ):
-                assert meta.footer is not None
-                zpath = os.path.join(self._dir, segment_name(meta.base, ZSEG))
-                tmp = zpath + ".tmp"
-                size = compress_segment(
-                    meta.path,
-                    tmp,
-                    meta.footer,
-                    block_bytes=self._opts.compress_block_bytes,
-                    level=self._opts.compress_level,
-                )
-                os.replace(tmp, zpath)
-                fsync_dir(self._dir)
-                with self._lock:
-                    self._catalog.replace(meta, SegmentMeta(meta.base, zpath, meta.footer, size))
-                os.unlink(meta.path)
-                fsync_dir(self._dir)
-                done.append(zpath)
-        return done
-
-    def _save_purged(self, summary: GtidSummary) -> None:
-        items = (
-            None
-            if summary is None
-            else [[k, i.hex(), lo, hi] for (k, i), (lo, hi) in sorted(summary.items())]
-        )
-        atomic_write(os.path.join(self._dir, PURGED_NAME), json.dumps({"items": items}).encode())
-        self._purged = summary
-
-    def _load_purged(self) -> None:
-        try:
-            with open(os.path.join(self._dir, PURGED_NAME), "rb") as f:
-                items = json.loads(f.read())["items"]
-        except FileNotFoundError:
-            return
-        except (ValueError, KeyError, TypeError) as e:
-            self._catalog.problems.append(
-                CorruptRecordError(
-                    f"purged-GTID summary unreadable: {e}", path=PURGED_NAME, offset=0
-                )
-            )
-            self._purged = None
-            return
-        self._purged = (
-            None
-            if items is None
-            else {(int(k), bytes.fromhex(i)): (int(lo), int(hi)) for k, i, lo, hi in items}
-        )
-
-    # --- checking --------------------------------------------------------------------------
-
-    def verify(self) -> list[CorruptRecordError]:
-        """Read every retained record and check it; return the damage found (no repair)."""
-        found: list[CorruptRecordError] = []
-        for meta in list(self._catalog.segments):
-            limit = self._limit(meta)
-            try:
-                src = self._open_source(meta)
-            except PositionNotRetainedError:
-                continue
-            try:
-                off, seq = 0, meta.base
-                while off < limit:
-                    rec, flen = read_record(src, off, limit)
-                    if rec.seq != seq:
-                        raise CorruptRecordError(
-                            f"seq {rec.seq} where {seq} was expected", path=meta.path, offset=off
-                        )
-                    off += flen
-                    seq += 1
-            except CorruptRecordError as e:
-                found.append(e)
-            finally:
-                src.close()
-        return found

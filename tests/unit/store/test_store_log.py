@@ -337,3 +337,57 @@ def test_reader_in_another_process_tails_the_writer(tmp_path: Path, opts, rec) -
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
     assert out.strip() == ",".join(str(i) for i in range(1, 151))
+
+
+def test_idle_log_rolls_on_time(tmp_path: Path, opts, rec) -> None:
+    # Nothing is appended after the first records: the flusher's timer seals the segment.
+    with ChangeLog.open(str(tmp_path), opts(roll_interval_s=0.2, segment_bytes=1 << 20)) as log:
+        last = log.append_many([rec(i) for i in range(1, 4)])
+        assert log.wait_acked(last, 5.0)
+        with log._cond:
+            rolled = log._cond.wait_for(lambda: len(log._catalog.segments) == 2, 5.0)
+        assert rolled
+        first, active = log.segments()
+        assert first.footer is not None and (first.footer.first_seq, first.footer.last_seq) == (
+            1,
+            3,
+        )
+        assert (active.base, active.footer) == (4, None)
+        assert log.append(rec(4)) == 4
+        assert [r.seq for r in log.reader()] == [1, 2, 3, 4]
+    with ChangeLog.open(str(tmp_path), opts()) as log:
+        assert [m.base for m in log.segments()] == [1, 4]
+        assert log.problems == []
+
+
+def test_append_many_frames_like_single_appends(tmp_path: Path, opts, rec) -> None:
+    one, many = tmp_path / "one", tmp_path / "many"
+    with ChangeLog.open(str(one), opts()) as log:
+        for i in range(1, 41):
+            log.append_nowait(rec(i))
+        log.flush()
+        segs = log.segments()
+    with ChangeLog.open(str(many), opts()) as log:
+        assert log.append_many([rec(i) for i in range(1, 21)]) == 20
+        assert log.append_many([rec(i) for i in range(21, 41)]) == 40
+        assert log.append_many([]) == 40
+    assert len(segs) > 3
+    assert sorted(os.listdir(one)) == sorted(os.listdir(many))
+    for meta in segs:
+        name = os.path.basename(meta.path)
+        # Same frames; footers differ only in their seal time.
+        end = meta.footer.data_end if meta.footer else None
+        assert (one / name).read_bytes()[:end] == (many / name).read_bytes()[:end], name
+
+
+def test_append_many_rejects_a_bad_record_after_appending_the_ones_before(
+    tmp_path: Path, opts, rec
+) -> None:
+    with ChangeLog.open(str(tmp_path), opts()) as log:
+        bad = Record(Position(1, 1, 1), b"x", gtid="g" * 256)
+        with pytest.raises(ValueError, match="GTID longer"):
+            log.append_many([rec(1), rec(2), bad, rec(4)])
+        log.flush()
+        assert log.acked_seq == 2
+        assert log.append(rec(3)) == 3
+        assert [payload_ids([r])[0] for r in log.reader()] == [1, 2, 3]
