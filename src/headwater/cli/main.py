@@ -115,8 +115,15 @@ def _register_binlog(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     dump.set_defaults(handler=_binlog_dump)
 
 
+def _register_reader(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from headwater.cli.reader import register
+
+    register(sub)
+
+
 _COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _register_binlog,
+    _register_reader,
 ]
 
 

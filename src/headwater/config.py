@@ -1,0 +1,588 @@
+"""Configuration of the reader service: frozen dataclasses loaded from one YAML file.
+
+The file is parsed with ``yaml.compose`` so every value keeps the line it was written on;
+every problem raises :class:`~headwater.errors.ConfigError` naming the file, that line and
+the dotted field (``sources[1].filters.include[0]``). Unknown fields are errors (a typo must
+not silently fall back to a default). Passwords are read here (inline, from a file, or from
+an environment variable) and are never part of a message or a ``repr``.
+
+The format is documented in docs/configuration.md ("Reader"). Relative paths (``data_dir``,
+``password_file``) are relative to the directory of the configuration file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from headwater.errors import ConfigError
+from headwater.position import (
+    BinlogCoordinate,
+    GtidSet,
+    parse_gtid_set,
+)
+
+__all__ = [
+    "EVENT_KINDS",
+    "BackoffConfig",
+    "FilterConfig",
+    "HeartbeatConfig",
+    "HostConfig",
+    "ReaderConfig",
+    "SourceConfig",
+    "StartConfig",
+    "StoreConfig",
+    "load_reader_config",
+    "parse_reader_config",
+]
+
+#: The event types a filter can keep (rows events by kind, and DDL statements).
+EVENT_KINDS = ("insert", "update", "delete", "ddl")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_QUALIFIED = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kib|mib|gib|kb|mb|gb|k|m|g)?\s*$", re.IGNORECASE)
+_UNITS = {
+    None: 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """One server of a source (a source may list several: the first that answers wins)."""
+
+    host: str
+    port: int = 3306
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class StartConfig:
+    """Where a task starts the first time (later starts resume from what is stored).
+
+    ``kind`` is ``earliest`` (the oldest binlog on the server), ``latest`` (the current end),
+    ``file`` (``coordinate``), ``gtid`` (``gtid_set``: start after these GTIDs) or
+    ``timestamp`` (``ts_us``: the first transaction committed at or after it).
+    """
+
+    kind: str = "latest"
+    coordinate: BinlogCoordinate | None = None
+    gtid_set: GtidSet | None = None
+    ts_us: int | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "file":
+            return f"file {self.coordinate}"
+        if self.kind == "gtid":
+            return f"gtid {self.gtid_set}"
+        if self.kind == "timestamp":
+            return f"timestamp {self.ts_us} us"
+        return self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class FilterConfig:
+    """Tables and event types to keep. Patterns are anchored regular expressions over
+    ``db.table`` (Canal's syntax: ``shop\\..*``); a table is kept when it matches an
+    ``include`` pattern (or ``include`` is empty) and no ``exclude`` pattern."""
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    events: tuple[str, ...] = EVENT_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatConfig:
+    """A heartbeat row written into ``table`` (``db.table``) on the source every
+    ``interval`` seconds; its arrival in the stream measures end-to-end lag."""
+
+    table: str
+    interval: float = 1.0
+    create: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffConfig:
+    """Reconnect delays: exponential from ``initial`` doubling up to ``max`` seconds, with
+    full jitter; ``max_attempts`` 0 retries forever."""
+
+    initial: float = 0.2
+    max: float = 30.0
+    max_attempts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Change log options of a task (see ``headwater.store.StoreOptions``)."""
+
+    durability: str = "group"
+    segment_bytes: int = 64 * MIB
+    retention_age_s: float | None = 7 * 24 * 3600.0
+    retention_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    """One source server (or failover group of servers) and how its task reads it."""
+
+    name: str
+    hosts: tuple[HostConfig, ...]
+    user: str
+    server_id: int
+    password: str = field(default="", repr=False)
+    start: StartConfig = field(default_factory=StartConfig)
+    filters: FilterConfig = field(default_factory=FilterConfig)
+    heartbeat: HeartbeatConfig | None = None
+    chunk_bytes: int = 8 * MIB
+    heartbeat_period: float = 2.0
+    reconnect: BackoffConfig = field(default_factory=BackoffConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    state_interval: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderConfig:
+    """The reader process: where task data lives and the sources it reads."""
+
+    data_dir: Path
+    sources: tuple[SourceConfig, ...]
+    file: str = "<config>"
+
+    def task_dir(self, name: str) -> Path:
+        """The directory of one task: ``changes/`` (the change log), ``schema/``, state."""
+        return self.data_dir / name
+
+
+# --- loading --------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+class _Ctx:
+    def __init__(self, file: str, base: Path, env: dict[str, str]) -> None:
+        self.file = file
+        self.base = base
+        self.env = env
+
+    def error(self, node: yaml.Node | None, path: str, message: str) -> ConfigError:
+        line = node.start_mark.line + 1 if node is not None else None
+        return ConfigError(message, file=self.file, line=line, field=path or None)
+
+
+def load_reader_config(
+    path: str | os.PathLike[str], env: dict[str, str] | None = None
+) -> ReaderConfig:
+    """Load and validate a reader configuration file (see the module docstring)."""
+    file = os.fspath(path)
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read the configuration: {e.strerror}", file=file) from None
+    return parse_reader_config(text, file=file, base=Path(file).resolve().parent, env=env)
+
+
+def parse_reader_config(
+    text: str,
+    *,
+    file: str = "<config>",
+    base: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> ReaderConfig:
+    """Validate configuration text; ``base`` anchors relative paths (default: cwd)."""
+    ctx = _Ctx(file, base or Path.cwd(), dict(os.environ) if env is None else env)
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"not valid YAML: {problem}", file=file, line=line) from None
+    if root is None:
+        raise ConfigError("the configuration is empty", file=file, line=1)
+    fields = _mapping(ctx, root, "", {"data_dir", "sources"}, required={"data_dir", "sources"})
+    data_dir = _path(ctx, fields["data_dir"], "data_dir")
+    sources_node = fields["sources"]
+    if not isinstance(sources_node, yaml.SequenceNode) or not sources_node.value:
+        raise ctx.error(sources_node, "sources", "must be a non-empty list of sources")
+    sources = tuple(
+        _source(ctx, node, f"sources[{i}]") for i, node in enumerate(sources_node.value)
+    )
+    seen: dict[str, int] = {}
+    for i, (src, node) in enumerate(zip(sources, sources_node.value, strict=True)):
+        if src.name in seen:
+            raise ctx.error(
+                node,
+                f"sources[{i}].name",
+                f"{src.name!r} is already the name of sources[{seen[src.name]}]",
+            )
+        seen[src.name] = i
+    return ReaderConfig(data_dir, sources, file)
+
+
+_SOURCE_FIELDS = {
+    "name",
+    "host",
+    "port",
+    "hosts",
+    "user",
+    "password",
+    "password_file",
+    "password_env",
+    "server_id",
+    "start",
+    "filters",
+    "heartbeat",
+    "chunk_bytes",
+    "heartbeat_period",
+    "reconnect",
+    "store",
+    "state_interval",
+}
+
+
+def _source(ctx: _Ctx, node: yaml.Node, path: str) -> SourceConfig:
+    f = _mapping(ctx, node, path, _SOURCE_FIELDS, required={"name", "user", "server_id"})
+    name = _str(ctx, f["name"], f"{path}.name")
+    if not _NAME.match(name):
+        raise ctx.error(
+            f["name"],
+            f"{path}.name",
+            "must be 1-64 letters, digits, '_', '.' or '-' (it names a directory)",
+        )
+    if "hosts" in f and ("host" in f or "port" in f):
+        raise ctx.error(f["hosts"], f"{path}.hosts", "give either hosts or host/port, not both")
+    if "hosts" in f:
+        hosts = _hosts(ctx, f["hosts"], f"{path}.hosts")
+    elif "host" in f:
+        port = _int(ctx, f["port"], f"{path}.port", 1, 65535) if "port" in f else 3306
+        hosts = (HostConfig(_str(ctx, f["host"], f"{path}.host"), port),)
+    else:
+        raise ctx.error(node, f"{path}.host", "missing: give host (and port) or hosts")
+    password = _password(ctx, f, path)
+    server_id = _int(ctx, f["server_id"], f"{path}.server_id", 1, 0xFFFFFFFF)
+    kw: dict[str, Any] = {}
+    if "start" in f:
+        kw["start"] = _start(ctx, f["start"], f"{path}.start")
+    if "filters" in f:
+        kw["filters"] = _filters(ctx, f["filters"], f"{path}.filters")
+    if "heartbeat" in f:
+        kw["heartbeat"] = _heartbeat(ctx, f["heartbeat"], f"{path}.heartbeat")
+    if "chunk_bytes" in f:
+        kw["chunk_bytes"] = _size(ctx, f["chunk_bytes"], f"{path}.chunk_bytes", 64 * 1024, 64 * MIB)
+    if "heartbeat_period" in f:
+        kw["heartbeat_period"] = _float(
+            ctx, f["heartbeat_period"], f"{path}.heartbeat_period", 0.1, 3600
+        )
+    if "state_interval" in f:
+        kw["state_interval"] = _float(
+            ctx, f["state_interval"], f"{path}.state_interval", 0.01, 3600
+        )
+    if "reconnect" in f:
+        kw["reconnect"] = _backoff(ctx, f["reconnect"], f"{path}.reconnect")
+    if "store" in f:
+        kw["store"] = _store(ctx, f["store"], f"{path}.store")
+    return SourceConfig(
+        name=name,
+        hosts=hosts,
+        user=_str(ctx, f["user"], f"{path}.user"),
+        server_id=server_id,
+        password=password,
+        **kw,
+    )
+
+
+def _password(ctx: _Ctx, f: dict[str, yaml.Node], path: str) -> str:
+    given = [k for k in ("password", "password_file", "password_env") if k in f]
+    if len(given) > 1:
+        raise ctx.error(f[given[1]], f"{path}.{given[1]}", f"give only one of {', '.join(given)}")
+    if "password" in f:
+        node = f["password"]
+        if not isinstance(node, yaml.ScalarNode):
+            raise ctx.error(node, f"{path}.password", "must be a string")
+        return str(node.value)
+    if "password_file" in f:
+        p = _path(ctx, f["password_file"], f"{path}.password_file")
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise ctx.error(
+                f["password_file"], f"{path}.password_file", f"cannot read {p}: {e.strerror}"
+            ) from None
+        return lines[0] if lines else ""
+    if "password_env" in f:
+        var = _str(ctx, f["password_env"], f"{path}.password_env")
+        if var not in ctx.env:
+            raise ctx.error(
+                f["password_env"], f"{path}.password_env", f"environment variable {var} is not set"
+            )
+        return ctx.env[var]
+    return ""
+
+
+def _hosts(ctx: _Ctx, node: yaml.Node, path: str) -> tuple[HostConfig, ...]:
+    if not isinstance(node, yaml.SequenceNode) or not node.value:
+        raise ctx.error(node, path, "must be a non-empty list of HOST:PORT strings")
+    out = []
+    for i, item in enumerate(node.value):
+        text = _str(ctx, item, f"{path}[{i}]")
+        host, sep, port = text.rpartition(":")
+        if not sep:
+            host, port = text, "3306"
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ctx.error(item, f"{path}[{i}]", f"expected HOST:PORT, got {text!r}")
+        out.append(HostConfig(host, int(port)))
+    return tuple(out)
+
+
+def _start(ctx: _Ctx, node: yaml.Node, path: str) -> StartConfig:
+    if isinstance(node, yaml.ScalarNode):
+        value = str(node.value)
+        if value in ("earliest", "latest"):
+            return StartConfig(value)
+        raise ctx.error(
+            node,
+            path,
+            "expected earliest, latest, or a mapping with file+offset, gtid or timestamp; "
+            f"got {value!r}",
+        )
+    f = _mapping(ctx, node, path, {"file", "offset", "gtid", "timestamp"})
+    kinds = [k for k in ("file", "gtid", "timestamp") if k in f]
+    if len(kinds) != 1:
+        raise ctx.error(node, path, "give exactly one of file (with offset), gtid, timestamp")
+    if "offset" in f and "file" not in f:
+        raise ctx.error(f["offset"], f"{path}.offset", "offset needs file")
+    kind = kinds[0]
+    if kind == "file":
+        offset = _int(ctx, f["offset"], f"{path}.offset", 4, 2**63) if "offset" in f else 4
+        return StartConfig(
+            "file", coordinate=BinlogCoordinate(_str(ctx, f["file"], f"{path}.file"), offset)
+        )
+    if kind == "gtid":
+        text = _str(ctx, f["gtid"], f"{path}.gtid")
+        try:
+            return StartConfig("gtid", gtid_set=parse_gtid_set(text))
+        except ValueError as e:
+            raise ctx.error(f["gtid"], f"{path}.gtid", str(e)) from None
+    ts_node = f["timestamp"]
+    return StartConfig("timestamp", ts_us=_timestamp(ctx, ts_node, f"{path}.timestamp"))
+
+
+def _timestamp(ctx: _Ctx, node: yaml.Node, path: str) -> int:
+    if not isinstance(node, yaml.ScalarNode):
+        raise ctx.error(node, path, "must be an ISO 8601 time or seconds since the epoch")
+    text = str(node.value).strip()
+    try:
+        return round(float(text) * 1_000_000)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ctx.error(node, path, f"not an ISO 8601 time or epoch seconds: {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1_000_000)
+
+
+def _filters(ctx: _Ctx, node: yaml.Node, path: str) -> FilterConfig:
+    f = _mapping(ctx, node, path, {"include", "exclude", "events"})
+    include = _patterns(ctx, f["include"], f"{path}.include") if "include" in f else ()
+    exclude = _patterns(ctx, f["exclude"], f"{path}.exclude") if "exclude" in f else ()
+    events: tuple[str, ...] = EVENT_KINDS
+    if "events" in f:
+        items = _str_list(ctx, f["events"], f"{path}.events")
+        for i, (text, item) in enumerate(items):
+            if text not in EVENT_KINDS:
+                raise ctx.error(
+                    item,
+                    f"{path}.events[{i}]",
+                    f"unknown event type {text!r}; expected one of {', '.join(EVENT_KINDS)}",
+                )
+        events = tuple(t for t, _ in items)
+    return FilterConfig(include, exclude, events)
+
+
+def _patterns(ctx: _Ctx, node: yaml.Node, path: str) -> tuple[str, ...]:
+    out = []
+    for i, (text, item) in enumerate(_str_list(ctx, node, path)):
+        try:
+            re.compile(text)
+        except re.error as e:
+            raise ctx.error(item, f"{path}[{i}]", f"bad regular expression {text!r}: {e}") from None
+        out.append(text)
+    return tuple(out)
+
+
+def _heartbeat(ctx: _Ctx, node: yaml.Node, path: str) -> HeartbeatConfig:
+    f = _mapping(ctx, node, path, {"table", "interval", "create"}, required={"table"})
+    table = _str(ctx, f["table"], f"{path}.table")
+    if not _QUALIFIED.match(table):
+        raise ctx.error(
+            f["table"], f"{path}.table", f"expected db.table (plain identifiers), got {table!r}"
+        )
+    interval = (
+        _float(ctx, f["interval"], f"{path}.interval", 0.05, 3600) if "interval" in f else 1.0
+    )
+    create = _bool(ctx, f["create"], f"{path}.create") if "create" in f else True
+    return HeartbeatConfig(table, interval, create)
+
+
+def _backoff(ctx: _Ctx, node: yaml.Node, path: str) -> BackoffConfig:
+    f = _mapping(ctx, node, path, {"initial", "max", "max_attempts"})
+    initial = _float(ctx, f["initial"], f"{path}.initial", 0.001, 3600) if "initial" in f else 0.2
+    top = _float(ctx, f["max"], f"{path}.max", 0.001, 86400) if "max" in f else 30.0
+    if top < initial:
+        raise ctx.error(f.get("max", node), f"{path}.max", "must be >= initial")
+    attempts = (
+        _int(ctx, f["max_attempts"], f"{path}.max_attempts", 0, 2**31) if "max_attempts" in f else 0
+    )
+    return BackoffConfig(initial, top, attempts)
+
+
+def _store(ctx: _Ctx, node: yaml.Node, path: str) -> StoreConfig:
+    f = _mapping(
+        ctx, node, path, {"durability", "segment_bytes", "retention_age", "retention_bytes"}
+    )
+    kw: dict[str, Any] = {}
+    if "durability" in f:
+        d = _str(ctx, f["durability"], f"{path}.durability")
+        if d not in ("fsync", "group", "none"):
+            raise ctx.error(
+                f["durability"], f"{path}.durability", f"expected fsync, group or none, got {d!r}"
+            )
+        kw["durability"] = d
+    if "segment_bytes" in f:
+        kw["segment_bytes"] = _size(
+            ctx, f["segment_bytes"], f"{path}.segment_bytes", 64 * 1024, 2**40
+        )
+    if "retention_age" in f:
+        kw["retention_age_s"] = _float(ctx, f["retention_age"], f"{path}.retention_age", 1, 1e10)
+    if "retention_bytes" in f:
+        kw["retention_bytes"] = _size(
+            ctx, f["retention_bytes"], f"{path}.retention_bytes", 1, 2**62
+        )
+    return StoreConfig(**kw)
+
+
+# --- typed scalars ----------------------------------------------------------------------------
+
+
+def _mapping(
+    ctx: _Ctx,
+    node: yaml.Node,
+    path: str,
+    allowed: set[str],
+    required: set[str] = frozenset(),  # type: ignore[assignment]
+) -> dict[str, yaml.Node]:
+    if not isinstance(node, yaml.MappingNode):
+        raise ctx.error(node, path, "must be a mapping of field: value")
+    out: dict[str, yaml.Node] = {}
+    for key_node, value_node in node.value:
+        key = str(key_node.value)
+        where = f"{path}.{key}" if path else key
+        if key not in allowed:
+            raise ctx.error(
+                key_node, where, f"unknown field; expected one of {', '.join(sorted(allowed))}"
+            )
+        if key in out:
+            raise ctx.error(key_node, where, "given twice")
+        out[key] = value_node
+    for key in sorted(required - out.keys()):
+        raise ctx.error(node, f"{path}.{key}" if path else key, "missing (required)")
+    return out
+
+
+def _scalar(
+    ctx: _Ctx, node: yaml.Node, path: str, what: str, convert: Callable[[str, str], T]
+) -> T:
+    if not isinstance(node, yaml.ScalarNode):
+        raise ctx.error(node, path, f"must be {what}")
+    try:
+        return convert(str(node.value), node.tag)
+    except (ValueError, TypeError):
+        raise ctx.error(node, path, f"must be {what}, got {node.value!r}") from None
+
+
+def _str(ctx: _Ctx, node: yaml.Node, path: str) -> str:
+    def conv(v: str, tag: str) -> str:
+        if tag != "tag:yaml.org,2002:str" or not v:
+            raise ValueError(v)
+        return v
+
+    return _scalar(ctx, node, path, "a non-empty string", conv)
+
+
+def _int(ctx: _Ctx, node: yaml.Node, path: str, lo: int, hi: int) -> int:
+    def conv(v: str, tag: str) -> int:
+        if tag != "tag:yaml.org,2002:int":
+            raise ValueError(v)
+        return int(v.replace("_", ""), 0)
+
+    value = _scalar(ctx, node, path, "an integer", conv)
+    if not lo <= value <= hi:
+        raise ctx.error(node, path, f"must be in {lo}..{hi}, got {value}")
+    return value
+
+
+def _float(ctx: _Ctx, node: yaml.Node, path: str, lo: float, hi: float) -> float:
+    def conv(v: str, tag: str) -> float:
+        if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+            raise ValueError(v)
+        return float(v.replace("_", ""))
+
+    value = _scalar(ctx, node, path, "a number (seconds)", conv)
+    if not lo <= value <= hi:
+        raise ctx.error(node, path, f"must be in {lo:g}..{hi:g}, got {value:g}")
+    return value
+
+
+def _bool(ctx: _Ctx, node: yaml.Node, path: str) -> bool:
+    def conv(v: str, tag: str) -> bool:
+        if tag != "tag:yaml.org,2002:bool":
+            raise ValueError(v)
+        return v.lower() in ("true", "yes", "on")
+
+    return _scalar(ctx, node, path, "true or false", conv)
+
+
+def _size(ctx: _Ctx, node: yaml.Node, path: str, lo: int, hi: int) -> int:
+    def conv(v: str, tag: str) -> int:
+        m = _SIZE.match(v)
+        if m is None:
+            raise ValueError(v)
+        return int(m.group(1)) * _UNITS[m.group(2).lower() if m.group(2) else None]
+
+    value = _scalar(ctx, node, path, "a size in bytes (8388608, 8MiB, 512KiB)", conv)
+    if not lo <= value <= hi:
+        raise ctx.error(node, path, f"must be in {lo}..{hi} bytes, got {value}")
+    return value
+
+
+def _path(ctx: _Ctx, node: yaml.Node, path: str) -> Path:
+    p = Path(_str(ctx, node, path)).expanduser()
+    return p if p.is_absolute() else ctx.base / p
+
+
+def _str_list(ctx: _Ctx, node: yaml.Node, path: str) -> list[tuple[str, yaml.Node]]:
+    if not isinstance(node, yaml.SequenceNode):
+        raise ctx.error(node, path, "must be a list of strings")
+    return [(_str(ctx, item, f"{path}[{i}]"), item) for i, item in enumerate(node.value)]

@@ -1,0 +1,14 @@
+"""The reader service: capture from MySQL/MariaDB sources into per-source change logs.
+
+``ReaderService(load_reader_config(path)).run()`` runs one :class:`ReaderTask` per source.
+Modules: ``grouping`` (events -> committed transactions -> records, chunking), ``filters``,
+``task`` (one source: resume, reconnect, failover, state), ``service`` (the process),
+``source`` (probing servers, start by time, back-off), ``heartbeat``, ``schema_link``.
+"""
+
+from headwater.reader.filters import TableFilter
+from headwater.reader.grouping import Committed, Grouper
+from headwater.reader.service import ReaderService
+from headwater.reader.task import ReaderTask, read_task_status
+
+__all__ = ["Committed", "Grouper", "ReaderService", "ReaderTask", "TableFilter", "read_task_status"]

@@ -1,0 +1,434 @@
+"""From framed binlog events to committed transactions, to change log records.
+
+:class:`Grouper` is fed the events of one dump in order (``feed``) and appends one store
+record per committed transaction, or a run of bounded chunks for a large one. It decodes
+no rows: it reads event headers and type codes, the few control events that frame a
+transaction (GTID, QUERY ``BEGIN``/``COMMIT``/DDL, XID) and the names in TABLE_MAPs.
+
+Transaction boundaries:
+
+* start: a GTID event (MariaDB ``MARIADB_GTID``, MySQL ``GTID``/``ANONYMOUS_GTID``), or, in
+  a log without GTIDs, a ``BEGIN`` QUERY (or any other event outside a transaction);
+* end: XID, a ``COMMIT``/``ROLLBACK`` QUERY, MySQL's XA_PREPARE; a DDL statement is a
+  transaction of its own (MariaDB flags its GTID *standalone*; MySQL's GTID is followed by
+  the DDL QUERY instead of ``BEGIN``);
+* control events between transactions (ROTATE, FORMAT_DESCRIPTION, GTID lists,
+  checkpoints, heartbeats) are never stored.
+
+Record invariants (``headwater.changes`` describes the payload):
+
+* ``position`` is (change_id, number of the binlog file holding the transaction's first
+  event, offset of that event, index of the record's first event among the transaction's
+  *stored* events); every chunk after the first repeats, at its start, the TABLE_MAPs of
+  the transaction seen so far, and its ``event_index`` counts only real events;
+* ``ts_us``: MySQL 8's ``immediate_commit_timestamp`` when the GTID event carries it,
+  else the header timestamp (seconds) of the event that ends the transaction times 10**6;
+  chunks appended before the end is seen carry the first event's header time instead (the
+  commit time is not known yet; the last chunk has the commit time);
+* ``tables``: ``(db.table, n)`` where ``n`` counts the rows *events* of the table kept in
+  the transaction (a rows event holds one or more rows; counting rows would mean decoding);
+* filtered tables cost no decoding: their TABLE_MAP and rows events are dropped on the
+  table id; a transaction left without rows events or DDL is not stored, but it is still
+  reported (``Committed.stored`` False) so the resume position advances past it;
+* memory is bounded by ``chunk_bytes`` (plus one event) whatever the transaction's size:
+  a chunk is appended as soon as it is full and dropped from here.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from headwater.binlog.constants import EventType
+from headwater.binlog.events import DecodeContext, GtidEvent, QueryEvent, parse_event
+from headwater.binlog.framing import FormatDescription, RawEvent
+from headwater.changes import is_ddl
+from headwater.position import MariadbGtid, MysqlGtid, Position, binlog_file_number
+from headwater.reader.filters import ROWS_KIND, TableFilter
+from headwater.store import FIRST_CHUNK, LAST_CHUNK, Record
+
+__all__ = ["Committed", "Grouper", "RecordSink"]
+
+log = logging.getLogger(__name__)
+
+_E = EventType
+_LEN = struct.Struct("<I")
+_pack_len = _LEN.pack
+_MARIADB_GTID = _E.MARIADB_GTID
+_GTID_TYPES = frozenset((_E.GTID, _E.ANONYMOUS_GTID, _E.GTID_TAGGED))
+_XID = _E.XID
+_QUERY = _E.QUERY
+_TABLE_MAP = _E.TABLE_MAP
+_FDE = _E.FORMAT_DESCRIPTION
+_ROWS = frozenset(ROWS_KIND)
+#: Events that are never part of a transaction.
+_CONTROL = frozenset(
+    (
+        _E.ROTATE,
+        _E.FORMAT_DESCRIPTION,
+        _E.STOP,
+        _E.HEARTBEAT,
+        _E.HEARTBEAT_V2,
+        _E.PREVIOUS_GTIDS,
+        _E.MARIADB_GTID_LIST,
+        _E.BINLOG_CHECKPOINT,
+        _E.START_ENCRYPTION,
+    )
+)
+_FL_STANDALONE = 1
+_BEGIN = (b"BEGIN", b"XA START", b"START TRANSACTION")
+_END = (b"COMMIT", b"ROLLBACK", b"XA END", b"XA PREPARE")
+
+
+class RecordSink(Protocol):
+    """Where records go: ``ChangeLog.append_nowait`` (returns the record's seq)."""
+
+    def append_nowait(self, record: Record) -> int: ...
+
+
+@dataclass(slots=True)
+class Committed:
+    """One transaction the grouper finished (stored or dropped by the filters)."""
+
+    position: Position
+    gtid: str
+    gtid_obj: MariadbGtid | MysqlGtid | None
+    ts_us: int
+    stored: bool
+    last_seq: int
+    records: int
+    next_file: str
+    next_offset: int
+    is_ddl: bool
+    #: raw (TABLE_MAP, rows event) pairs of the watched table (heartbeats)
+    watched: list[tuple[bytes, bytes]] = field(default_factory=list)
+    #: the transaction was skipped (``skip`` said it is already stored or before the start)
+    skipped: bool = False
+
+
+def _table_names(body: memoryview, id_size: int) -> tuple[int, str, str]:
+    """Table id, database and table of a TABLE_MAP body, without parsing the rest."""
+    table_id = int.from_bytes(body[:id_size], "little")
+    p = id_size + 2
+    n = body[p]
+    db = bytes(body[p + 1 : p + 1 + n]).decode("utf-8", "replace")
+    p += n + 2
+    m = body[p]
+    table = bytes(body[p + 1 : p + 1 + m]).decode("utf-8", "replace")
+    return table_id, db, table
+
+
+class Grouper:
+    """Groups one stream's events into records (see the module docstring).
+
+    ``on_ddl(query, position) -> schema version`` is called for every DDL statement before
+    its record is built; ``schema_version`` is stored in each record. ``accept(committed)``
+    may veto storing a finished transaction (resume de-duplication, start-time filter):
+    it is asked before the last record is appended, only for transactions that fit in one
+    record; a chunked transaction is always new (vetoed transactions are checked at their
+    GTID/first event through ``skip_at_start``).
+    """
+
+    def __init__(
+        self,
+        sink: RecordSink,
+        *,
+        table_filter: TableFilter | None = None,
+        chunk_bytes: int = 8 * 1024 * 1024,
+        change_id: int = 0,
+        on_ddl: Callable[[QueryEvent, Position], int] | None = None,
+        skip: Callable[[Position, str, MariadbGtid | MysqlGtid | None, int], bool] | None = None,
+        watch: tuple[str, str] | None = None,
+        on_table_map: Callable[[bytes, Position], int | None] | None = None,
+    ) -> None:
+        self.sink = sink
+        self.filter = table_filter or TableFilter()
+        self.chunk_bytes = chunk_bytes
+        self.change_id = change_id
+        self.on_ddl = on_ddl
+        self.skip = skip
+        self.watch = watch
+        self.on_table_map = on_table_map
+        self._seen_maps: set[bytes] = set()
+        self.schema_version = 0
+        self.fde_raw = b""
+        self.ctx = DecodeContext()
+        self.fde: FormatDescription | None = None
+        self._id_size = 6
+        self._file_nums: dict[str, int] = {}
+        self._in_txn = False
+        self.skipped = 0
+        self.chunks = 0
+        self._reset()
+
+    # -- state of the transaction under way ----------------------------------------------------
+
+    def _reset(self) -> None:
+        self._in_txn = False
+        self._parts: list[bytes | memoryview] = []
+        self._size = 0
+        self._n_events = 0  # stored events of the transaction so far
+        self._chunk_first = 0  # index of the current chunk's first real event
+        self._chunk_no = 0
+        self._content = False  # a kept rows event or DDL
+        self._tables: dict[str, int] = {}
+        self._maps: dict[int, tuple[str, bool, bytes]] = {}  # table id -> (name, kept, raw)
+        self._gtid = ""
+        self._gtid_obj: MariadbGtid | MysqlGtid | None = None
+        self._commit_ts_us = 0
+        self._first_ts_us = 0
+        self._standalone = False
+        self._expect_begin = False
+        self._skipping = False
+        self._ddl = False
+        self._watched: list[tuple[bytes, bytes]] = []
+        self._watch_ids: set[int] = set()
+        self._last_seq = 0
+        self._records = 0
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_txn
+
+    def _begin(self, file: str, offset: int) -> None:
+        self._reset()
+        self._in_txn = True
+        num = self._file_nums.get(file)
+        if num is None:
+            num = self._file_nums[file] = binlog_file_number(file)
+        self._pos = Position(self.change_id, num, offset)
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def feed(
+        self, file: str, offset: int, next_file: str, next_offset: int, raw: RawEvent
+    ) -> Committed | None:
+        """Process one event; returns the transaction it finished, if any."""
+        tc = raw.type_code
+        if not self._in_txn:
+            if tc in _CONTROL:
+                if tc == _FDE:
+                    self.fde = FormatDescription.parse(raw.data)
+                    self.fde_raw = bytes(raw.data)
+                    self.ctx.fde = self.fde
+                    self._id_size = self.fde.table_id_size
+                return None
+            self._begin(file, offset)
+            self._first_ts_us = raw.timestamp * 1_000_000
+            if tc == _MARIADB_GTID:
+                body = raw.body
+                seq_no = int.from_bytes(body[:8], "little")
+                domain = int.from_bytes(body[8:12], "little")
+                self._gtid_obj = MariadbGtid(domain, raw.server_id, seq_no)
+                self._gtid = f"{domain}-{raw.server_id}-{seq_no}"
+                self._standalone = bool(body[12] & _FL_STANDALONE)
+                self._gtid_started(raw)
+                return None
+            if tc in _GTID_TYPES:
+                ev = parse_event(raw, self.ctx)
+                assert isinstance(ev, GtidEvent)
+                gtid = ev.gtid
+                if gtid is not None:
+                    self._gtid_obj = gtid
+                    self._gtid = str(gtid)
+                if ev.immediate_commit_timestamp:
+                    self._commit_ts_us = ev.immediate_commit_timestamp
+                self._expect_begin = True
+                self._gtid_started(raw)
+                return None
+            # No GTID: a BEGIN, a lone DDL statement, or events of an implicit group.
+            if self.skip is not None and self.skip(self._pos, "", None, raw.timestamp):
+                self._skipping = True
+        if self._skipping:
+            return self._skip_event(tc, raw, next_file, next_offset)
+        if tc in _ROWS:
+            table_id = int.from_bytes(raw.data[19 : 19 + self._id_size], "little")
+            entry = self._maps.get(table_id)
+            if entry is None or not entry[1] or tc in self.filter.dropped_rows_types:
+                return None
+            self._tables[entry[0]] += 1
+            self._content = True
+            if table_id in self._watch_ids:
+                self._watched.append((entry[2], bytes(raw.data)))
+            self._add(raw.data)
+            if self._size >= self.chunk_bytes:
+                self._flush_chunk()
+            return None
+        if tc == _TABLE_MAP:
+            table_id, db, table = _table_names(raw.body, self._id_size)
+            name = f"{db}.{table}"
+            kept = self.filter.wants(db, table)
+            data = bytes(raw.data)
+            self._maps[table_id] = (name, kept, data)
+            if self.watch is not None and (db, table) == self.watch:
+                self._watch_ids.add(table_id)
+            if kept:
+                self._tables.setdefault(name, 0)
+                self._add(data)
+                if self.on_table_map is not None and data not in self._seen_maps:
+                    # A new TABLE_MAP shape for the schema history's cross-check.
+                    if len(self._seen_maps) > 10_000:
+                        self._seen_maps.clear()
+                    self._seen_maps.add(data)
+                    version = self.on_table_map(data, self._pos)
+                    if version is not None:
+                        self.schema_version = version
+            return None
+        if tc == _XID or tc == _E.XA_PREPARE:
+            self._add(raw.data)
+            return self._commit(raw, next_file, next_offset)
+        if tc == _QUERY or tc == _E.QUERY_COMPRESSED:
+            return self._query(raw, next_file, next_offset)
+        if tc in _CONTROL:
+            return None  # e.g. a heartbeat or rotate inside a group: not part of it
+        self._add(raw.data)  # ANNOTATE_ROWS, INTVAR, USER_VAR, ... kept as they came
+        return None
+
+    def _gtid_started(self, raw: RawEvent) -> None:
+        if self.skip is not None and self.skip(
+            self._pos, self._gtid, self._gtid_obj, raw.timestamp
+        ):
+            self._skipping = True
+            return None
+        self._add(raw.data)
+        return None
+
+    def _skip_event(
+        self, tc: int, raw: RawEvent, next_file: str, next_offset: int
+    ) -> Committed | None:
+        """Inside a transaction already stored: find its end, store nothing."""
+        end = tc == _XID or tc == _E.XA_PREPARE
+        if not end and tc in (_QUERY, _E.QUERY_COMPRESSED):
+            q = parse_event(raw, self.ctx)
+            assert isinstance(q, QueryEvent)
+            head = q.query_bytes.lstrip()[:16].upper()
+            if head.startswith(_BEGIN):
+                end = False
+            elif (
+                head.startswith(_END)
+                or self._standalone
+                or self._expect_begin
+                or (not self._gtid and is_ddl(q))
+            ):
+                end = True
+            self._expect_begin = False
+        if not end:
+            return None
+        self.skipped += 1
+        pos, gtid, gobj = self._pos, self._gtid, self._gtid_obj
+        self._reset()
+        return Committed(
+            pos, gtid, gobj, 0, False, 0, 0, next_file, next_offset, False, skipped=True
+        )
+
+    def _query(self, raw: RawEvent, next_file: str, next_offset: int) -> Committed | None:
+        q = parse_event(raw, self.ctx)
+        assert isinstance(q, QueryEvent)
+        head = q.query_bytes.lstrip()[:16].upper()
+        expect_begin, self._expect_begin = self._expect_begin, False
+        if head.startswith(_BEGIN):
+            self._add(raw.data)
+            return None
+        if head.startswith(_END):
+            self._add(raw.data)
+            return self._commit(raw, next_file, next_offset)
+        if is_ddl(q):
+            if self.on_ddl is not None:
+                self.schema_version = self.on_ddl(q, self._pos)
+            if self.filter.keep_ddl:
+                self._content = True
+                self._ddl = True
+            self._add(raw.data)
+            if self._standalone or expect_begin or not self._gtid:
+                # A statement of its own: MariaDB's standalone GTID, MySQL's GTID not
+                # followed by BEGIN, or a DDL outside any transaction.
+                return self._commit(raw, next_file, next_offset)
+            return None
+        self._add(raw.data)
+        return None
+
+    # -- building records ------------------------------------------------------------------
+
+    def _add(self, data: bytes | memoryview) -> None:
+        n = len(data)
+        self._parts.append(_pack_len(n))
+        self._parts.append(data)
+        self._size += n + 4
+        self._n_events += 1
+
+    def _flush_chunk(self) -> None:
+        if not self._content:
+            return
+        first = self._chunk_no == 0
+        self._append(self._chunk_first, FIRST_CHUNK if first else 0)
+        self.chunks += 1
+        self._chunk_no += 1
+        self._chunk_first = self._n_events
+        # The next chunk starts with the TABLE_MAPs its rows events may need.
+        self._parts = []
+        self._size = 0
+        for _name, kept, data in self._maps.values():
+            if kept:
+                self._parts.append(_pack_len(len(data)))
+                self._parts.append(data)
+                self._size += len(data) + 4
+
+    def _append(self, event_index: int, flags: int) -> None:
+        pos = (
+            self._pos
+            if event_index == 0
+            else Position(self._pos.change_id, self._pos.file_num, self._pos.offset, event_index)
+        )
+        record = Record(
+            pos,
+            b"".join(self._parts),
+            self._commit_ts_us or self._first_ts_us,
+            self._gtid,
+            tuple(self._tables.items()),
+            self.schema_version,
+            flags,
+            self._chunk_no,
+        )
+        self._last_seq = self.sink.append_nowait(record)
+        self._records += 1
+
+    def _commit(self, raw: RawEvent, next_file: str, next_offset: int) -> Committed:
+        if not self._commit_ts_us:
+            self._commit_ts_us = raw.timestamp * 1_000_000
+        stored = self._content
+        if stored:
+            self._append(
+                self._chunk_first, LAST_CHUNK | (FIRST_CHUNK if self._chunk_no == 0 else 0)
+            )
+        done = Committed(
+            self._pos,
+            self._gtid,
+            self._gtid_obj,
+            self._commit_ts_us,
+            stored,
+            self._last_seq,
+            self._records,
+            next_file,
+            next_offset,
+            self._ddl,
+            self._watched,
+        )
+        self._reset()
+        return done
+
+    def abort(self) -> None:
+        """Forget the transaction under way (the stream broke; it will be read again).
+
+        Chunks of it already appended stay unacknowledged in the store until the next
+        transaction starts, which the store refuses: call ``ChangeLog`` recovery (reopen)
+        or never abort after a chunk -- the task reopens the store in that case.
+        """
+        self._reset()
+
+    @property
+    def open_chunks(self) -> int:
+        """Chunks of the transaction under way already appended (0 when none)."""
+        return self._chunk_no

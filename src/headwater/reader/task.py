@@ -1,0 +1,621 @@
+"""One reader task: one source, read into its own change log, for as long as the process runs.
+
+Directory of a task (``data_dir/<source name>/``)::
+
+    changes/        the change log (headwater.store)
+    schema.jsonl    the schema history (headwater.schema), beside the change log
+    state.json      ReaderState: resume point, GTID set, change id history (atomic writes)
+    status.json     what ``headwater reader status`` shows: state, error, counters (atomic)
+    fde.bin         the source's latest FORMAT_DESCRIPTION event (needed to decode records)
+
+Resume without loss or duplicates. Positions are taken only at transaction boundaries.
+``ReaderState.position`` is the start of the last transaction *processed* (stored, or
+dropped whole by the filters) and ``gtid_set`` covers every processed transaction; the state
+is written only after the store has acknowledged every record up to ``ReaderState.seq``, so
+it may lag the store (after a crash) but never lead it. On start the task reconciles: it
+reads the records after ``seq`` and advances position and GTID set over them. Then:
+
+* same server as before (identity: MySQL server_uuid, MariaDB server_id + domain): dump
+  from the file and offset of the last processed transaction and skip that transaction
+  (and anything at or before it) when it arrives again;
+* another server (failover): dump from the GTID set, bump ``change_id`` and record a
+  :class:`~headwater.store.ChangeIdInfo`; transactions whose GTID the set holds are skipped;
+* first start: the configured start (earliest, latest, file, GTID set, timestamp).
+
+Errors: transient ones (lost connection, server restart, refused connection) reconnect
+with capped exponential back-off with jitter, trying the source's hosts in order; the
+others (wrong password, missing privilege, STATEMENT format, purged position, server_id
+conflict) stop the task in state ``failed`` with the error, leaving its store readable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from headwater.binlog.client import BinlogClient, ClientOptions
+from headwater.binlog.constants import EventType
+from headwater.binlog.events import QueryEvent
+from headwater.binlog.preflight import SourceInfo, StartPosition
+from headwater.config import HostConfig, SourceConfig
+from headwater.errors import (
+    AuthenticationError,
+    ConfigError,
+    HeadwaterError,
+    PositionPurgedError,
+    PrivilegeError,
+    ServerIdConflictError,
+    SourceConfigError,
+    StoreError,
+)
+from headwater.position import (
+    BinlogCoordinate,
+    GtidSet,
+    MariadbGtid,
+    MariadbGtidPos,
+    MysqlGtid,
+    MysqlGtidSet,
+    Position,
+    binlog_file_number,
+    parse_gtid_set,
+)
+from headwater.reader.filters import TableFilter
+from headwater.reader.grouping import Committed, Grouper
+from headwater.reader.heartbeat import HeartbeatWriter, heartbeat_times
+from headwater.reader.schema_link import SchemaLink
+from headwater.reader.source import backoff_delays, file_at_time, probe
+from headwater.store import AtSeq, ChangeIdInfo, ChangeLog, Durability, ReaderState, StoreOptions
+from headwater.store._fs import atomic_write
+
+__all__ = ["FATAL_ERRORS", "ReaderTask", "read_task_status"]
+
+log = logging.getLogger(__name__)
+
+#: Errors that stop a task: retrying cannot help until someone changes something.
+FATAL_ERRORS: tuple[type[Exception], ...] = (
+    AuthenticationError,
+    PrivilegeError,
+    SourceConfigError,
+    PositionPurgedError,
+    ServerIdConflictError,
+    ConfigError,
+)
+_HEARTBEATS = frozenset((EventType.HEARTBEAT, EventType.HEARTBEAT_V2))
+STATE_FILE = "state.json"
+STATUS_FILE = "status.json"
+FDE_FILE = "fde.bin"
+
+
+class ReaderTask:
+    """Reads one source into ``task_dir`` (see the module docstring). ``run`` blocks."""
+
+    def __init__(self, source: SourceConfig, task_dir: Path) -> None:
+        self.source = source
+        self.name = source.name
+        self.dir = Path(task_dir)
+        self.replica_host = f"headwater-{source.name}"[:60]
+        self.filter = TableFilter(source.filters)
+        self.state = "created"
+        self.error: str | None = None
+        self.store: ChangeLog | None = None
+        self.schema: SchemaLink | None = None
+        self._stop = False
+        self._wake = threading.Event()
+        self._client: BinlogClient | None = None
+        self.host: HostConfig | None = None
+        self.identity: str | None = None
+        # resume state
+        self.position: Position | None = None
+        self.gtid_set: GtidSet | None = None
+        self.ts_us = 0
+        self.seq = 0
+        self.change_ids: list[ChangeIdInfo] = []
+        self._ts_floor: int | None = None
+        # counters
+        self.events_in = 0
+        self.bytes_in = 0
+        self.transactions_stored = 0
+        self.transactions_filtered = 0
+        self.transactions_skipped = 0
+        self.records_stored = 0
+        self.reconnects = 0
+        self.lag_s: float | None = None
+        self.heartbeat: HeartbeatWriter | None = None
+        self.started_at = time.time()
+        self._last_save = 0.0
+        self._fde_bytes = b""
+
+    # -- opening: store, state, reconciliation ---------------------------------------------
+
+    def open(self) -> None:
+        """Open the change log and the schema history, load and reconcile the state."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.store = self._open_store()
+        self.schema = SchemaLink(self.dir / "schema.jsonl")
+        st = ReaderState.load(str(self.dir / STATE_FILE))
+        if st is not None:
+            self.position = st.position
+            self.gtid_set = parse_gtid_set(st.gtid_set) if st.gtid_set else None
+            self.ts_us, self.seq = st.ts_us, st.seq
+            self.change_ids = list(st.change_ids)
+        self._reconcile()
+        self._write_status()
+
+    def _open_store(self) -> ChangeLog:
+        sc = self.source.store
+        options = StoreOptions(
+            durability=Durability(sc.durability),
+            segment_bytes=sc.segment_bytes,
+            retention_age_s=sc.retention_age_s,
+            retention_bytes=sc.retention_bytes,
+            max_record_bytes=max(16 * 1024 * 1024, self.source.chunk_bytes * 2),
+        )
+        return ChangeLog.open(str(self.dir / "changes"), options)
+
+    def _reconcile(self) -> None:
+        """Advance the state over records the store has beyond it (state saved late)."""
+        assert self.store is not None
+        acked = self.store.acked_seq
+        if acked <= self.seq:
+            return
+        with self.store.reader(AtSeq(max(self.seq + 1, 1))) as r:
+            while True:
+                rec = r.next(0)
+                if rec is None:
+                    break
+                if rec.last_chunk:
+                    self._advance(rec.position, rec.gtid, rec.ts_us)
+                    self.seq = rec.seq
+        log.info("%s: state reconciled with the change log up to seq %d", self.name, self.seq)
+
+    def _advance(self, position: Position, gtid: str, ts_us: int) -> None:
+        if self.position is None or position > self.position:
+            self.position = Position(position.change_id, position.file_num, position.offset)
+        if ts_us:
+            self.ts_us = ts_us
+        if gtid:
+            self._add_gtid(parse_gtid_set(gtid))
+
+    def _add_gtid(self, one: GtidSet | MariadbGtid | MysqlGtid) -> None:
+        if isinstance(one, MariadbGtidPos):
+            for g in one.gtids():
+                self._add_gtid(g)
+            return
+        if isinstance(one, MysqlGtidSet):
+            self.gtid_set = one if self.gtid_set is None else one.union(self.gtid_set)  # type: ignore[arg-type]
+            return
+        if isinstance(one, MariadbGtid):
+            if not isinstance(self.gtid_set, MariadbGtidPos):
+                self.gtid_set = MariadbGtidPos()
+            self.gtid_set.add(one)
+        else:
+            if not isinstance(self.gtid_set, MysqlGtidSet):
+                self.gtid_set = MysqlGtidSet()
+            self.gtid_set.add(one)
+
+    @property
+    def change_id(self) -> int:
+        return self.change_ids[-1].change_id if self.change_ids else 0
+
+    # -- running ---------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Ask ``run`` to return soon (at the next event or heartbeat of the source)."""
+        self._stop = True
+        self._wake.set()
+
+    def run(self) -> None:
+        """Read until stopped or failed; never raises for source errors (see ``state``)."""
+        try:
+            if self.store is None:
+                self.open()
+            if self.source.heartbeat is not None:
+                self.heartbeat = HeartbeatWriter(self.source, self.source.heartbeat)
+                self.heartbeat.start()
+            self._loop()
+        except FATAL_ERRORS as e:
+            self._fail(e)
+        except HeadwaterError as e:
+            self._fail(e)
+        except Exception as e:
+            log.exception("%s: unexpected error", self.name)
+            self._fail(e)
+        finally:
+            if self.heartbeat is not None:
+                self.heartbeat.stop()
+            self._finish()
+
+    def _fail(self, e: BaseException) -> None:
+        self.state = "failed"
+        self.error = f"{type(e).__name__}: {e}"
+        log.error("%s: task stopped: %s", self.name, self.error)
+
+    def _loop(self) -> None:
+        delays = backoff_delays(self.source.reconnect)
+        attempts = 0
+        while not self._stop:
+            progressed = False
+            last_error: Exception | None = None
+            for host in self.source.hosts:
+                if self._stop:
+                    break
+                try:
+                    progressed = self._session(host)
+                    last_error = None
+                    break
+                except FATAL_ERRORS:
+                    raise
+                except (HeadwaterError, OSError) as e:
+                    last_error = e
+                    self._after_break()
+                    log.warning("%s: %s: %s", self.name, host, e)
+            if self._stop:
+                break
+            self.reconnects += 1
+            if progressed:
+                delays = backoff_delays(self.source.reconnect)
+                attempts = 0
+            attempts += 1
+            limit = self.source.reconnect.max_attempts
+            if limit and attempts > limit and last_error is not None:
+                raise last_error
+            delay = next(delays)
+            self.state = "backoff"
+            self.error = (
+                None if last_error is None else f"{type(last_error).__name__}: {last_error}"
+            )
+            self._write_status()
+            log.info("%s: reconnecting in %.2f s", self.name, delay)
+            self._wake.wait(delay)
+            self._wake.clear()
+
+    def _after_break(self) -> None:
+        """The stream broke: forget the transaction under way; if chunks of it were
+        appended, reopen the store so that recovery drops the unfinished chunk group."""
+        grouper = getattr(self, "_grouper", None)
+        if grouper is not None and grouper.in_transaction:
+            open_chunks = grouper.open_chunks
+            grouper.abort()
+            if open_chunks and self.store is not None:
+                self.store.close()
+                self.store = self._open_store()
+
+    # -- one connection --------------------------------------------------------------------
+
+    def _session(self, host: HostConfig) -> bool:
+        """Connect to ``host`` and stream until stopped or broken; True if anything was
+        processed. Raises on errors."""
+        self.state = "connecting"
+        self.host = host
+        info = probe(self.source, host, self.replica_host)
+        start = self._choose_start(host, info)
+        options = ClientOptions(
+            host=host.host,
+            port=host.port,
+            user=self.source.user,
+            password=self.source.password,
+            server_id=self.source.server_id,
+            start=start,
+            heartbeat_period=self.source.heartbeat_period,
+            replica_host=self.replica_host,
+        )
+        client = self._client = BinlogClient(options)
+        processed = False
+        try:
+            client.connect()
+            assert self.store is not None and self.schema is not None
+            self.schema.ensure_bootstrapped(
+                self.source,
+                host,
+                self.filter,
+                self._start_pos(start, info),
+                mariadb=info.is_mariadb,
+            )
+            if self.heartbeat is not None:
+                self.heartbeat.point_at(host)
+            grouper = self._grouper = Grouper(
+                self.store,
+                table_filter=self.filter,
+                chunk_bytes=self.source.chunk_bytes,
+                change_id=self.change_id,
+                on_ddl=self._on_ddl,
+                on_table_map=self.schema.observe,
+                skip=self._skip,
+                watch=None
+                if self.source.heartbeat is None
+                else _split(self.source.heartbeat.table),
+            )
+            grouper.schema_version = self.schema.version
+            self.state = "running"
+            self.error = None
+            self._write_status()
+            log.info(
+                "%s: reading %s from %s (change_id %d)", self.name, host, start, self.change_id
+            )
+            feed = grouper.feed
+            events = 0
+            for ev in client.events(include_heartbeats=True):
+                if self._stop:
+                    break
+                raw = ev[4]
+                events += 1
+                if raw.type_code in _HEARTBEATS:
+                    self._tick(events)
+                    events = 0
+                    continue
+                done = feed(ev[0], ev[1], ev[2], ev[3], raw)
+                if done is not None:
+                    processed = True
+                    self._committed(done)
+                    if done.is_ddl or events >= 4096:
+                        self._tick(events)
+                        events = 0
+            self._tick(events)
+        finally:
+            self.bytes_in += client.bytes_received
+            client.close()
+            self._client = None
+        return processed
+
+    def _tick(self, events: int) -> None:
+        self.events_in += events
+        now = time.monotonic()
+        if now - self._last_save >= self.source.state_interval:
+            self._save_state()
+            self._last_save = now
+            g = self._grouper
+            if g.fde is not None:
+                self._save_fde(g)
+
+    def _choose_start(self, host: HostConfig, info: SourceInfo) -> StartPosition:
+        identity = info.identity
+        self.identity = identity
+        if self.position is None and not self.change_ids:
+            return self._first_start(host, info)
+        current = self.change_ids[-1] if self.change_ids else None
+        if current is not None and current.server_uuid == identity and self.position is not None:
+            name = _file_named(info, self.position.file_num)
+            if name is not None:
+                return BinlogCoordinate(name, max(4, self.position.offset))
+            if self.gtid_set is None:
+                raise PositionPurgedError(
+                    f"{host} no longer has binlog file number {self.position.file_num} "
+                    f"(position {self.position}) and no GTIDs were seen: cannot resume"
+                )
+            return self.gtid_set
+        # Another server: continue from the GTID set under a new change id.
+        if self.gtid_set is None:
+            raise PositionPurgedError(
+                f"{host} is another server ({identity}) than the one read so far "
+                f"({current.server_uuid if current else 'unknown'}) and no GTID set is known: "
+                "cannot continue without loss; start the task afresh (new data dir)"
+            )
+        new_id = self.change_id + 1
+        self.change_ids.append(
+            ChangeIdInfo(new_id, identity, Position(new_id, 0, 0), str(self.gtid_set), _now_us())
+        )
+        log.warning(
+            "%s: source identity changed to %s: continuing from GTIDs %s as change_id %d",
+            self.name,
+            identity,
+            self.gtid_set,
+            new_id,
+        )
+        self._save_state()
+        return self.gtid_set
+
+    def _first_start(self, host: HostConfig, info: SourceInfo) -> StartPosition:
+        cfg = self.source.start
+        start: StartPosition
+        if cfg.kind == "earliest":
+            start = info.oldest
+        elif cfg.kind == "file":
+            start = cfg.coordinate
+        elif cfg.kind == "gtid":
+            start = cfg.gtid_set
+            assert start is not None
+            self._add_gtid(start)
+        elif cfg.kind == "timestamp":
+            assert cfg.ts_us is not None
+            start = file_at_time(self.source, host, info, cfg.ts_us, self.replica_host)
+            self._ts_floor = cfg.ts_us
+        else:
+            start = info.current
+            if info.gtid_position:
+                self._add_gtid(parse_gtid_set(info.gtid_position))
+        first = self._start_pos(start, info)
+        self.change_ids = [
+            ChangeIdInfo(0, info.identity, first, str(self.gtid_set or ""), _now_us())
+        ]
+        log.info("%s: first start (%s) at %s", self.name, cfg, start)
+        return start
+
+    def _start_pos(self, start: StartPosition, info: SourceInfo) -> Position:
+        if isinstance(start, BinlogCoordinate):
+            return Position(self.change_id, binlog_file_number(start.file), start.offset)
+        return Position(self.change_id, binlog_file_number(info.current.file), 0)
+
+    def _skip(
+        self, pos: Position, gtid: str, gobj: MariadbGtid | MysqlGtid | None, ts_s: int
+    ) -> bool:
+        last = self.position
+        if (
+            last is not None
+            and pos.change_id == last.change_id
+            and (pos.file_num, pos.offset) <= (last.file_num, last.offset)
+        ):
+            return True
+        if gobj is not None and self.gtid_set is not None and gobj in self.gtid_set:
+            return True
+        if self._ts_floor is not None:
+            if ts_s * 1_000_000 < self._ts_floor:
+                return True
+            self._ts_floor = None
+        return False
+
+    def _on_ddl(self, query: QueryEvent, pos: Position) -> int:
+        assert self.schema is not None
+        return self.schema.apply_ddl(query.query, query.schema, pos)
+
+    def _committed(self, done: Committed) -> None:
+        if done.skipped:
+            self.transactions_skipped += 1
+            return
+        self.position = done.position
+        if done.gtid_obj is not None:
+            self._add_gtid(done.gtid_obj)
+        self.ts_us = done.ts_us
+        if done.stored:
+            self.transactions_stored += 1
+            self.records_stored += done.records
+            self.seq = done.last_seq
+        else:
+            self.transactions_filtered += 1
+        if done.watched and self.heartbeat is not None:
+            times = heartbeat_times(done.watched, self._grouper.fde, self.heartbeat.row_id)
+            if times:
+                self.lag_s = max(0.0, (_now_us() - times[-1]) / 1e6)
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def _save_state(self) -> None:
+        """Persist the resume point once the store has acknowledged what it covers."""
+        if self.store is None or self.store.closed:
+            return
+        self.store.flush()
+        state = ReaderState(
+            self.position,
+            "" if self.gtid_set is None else str(self.gtid_set),
+            self.ts_us,
+            self.seq,
+            tuple(self.change_ids),
+        )
+        state.save(str(self.dir / STATE_FILE))
+        self._write_status()
+
+    def _save_fde(self, grouper: Grouper) -> None:
+        fde_raw = grouper.fde_raw
+        if fde_raw and fde_raw != self._fde_bytes:
+            atomic_write(str(self.dir / FDE_FILE), fde_raw)
+            self._fde_bytes = fde_raw
+
+    def _write_status(self) -> None:
+        atomic_write(str(self.dir / STATUS_FILE), json.dumps(self.status()).encode())
+
+    def _finish(self) -> None:
+        try:
+            grouper = getattr(self, "_grouper", None)
+            if grouper is not None:
+                grouper.abort()
+                self._save_fde(grouper)
+            self._save_state()
+        except (StoreError, OSError) as e:
+            log.error("%s: saving the state failed: %s", self.name, e)
+        if self.state != "failed":
+            self.state = "stopped"
+        try:
+            self._write_status()
+        except OSError as e:
+            log.error("%s: writing the status failed: %s", self.name, e)
+
+    def close(self) -> None:
+        """Release the store and the schema history (after ``run`` returned)."""
+        if self.store is not None:
+            self.store.close()
+        if self.schema is not None:
+            self.schema.close()
+
+    # -- status ----------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The task's status (documented in docs/configuration.md, "Status")."""
+        retention: dict[str, Any] | None = None
+        if self.store is not None and not self.store.closed:
+            try:
+                first, last = self.store.earliest(), self.store.latest()
+            except StoreError:
+                first = last = None
+            retention = {
+                "first_seq": first.seq if first else None,
+                "first_ts_us": first.ts_us if first else None,
+                "last_seq": last.seq if last else None,
+                "last_position": str(last.position) if last else None,
+                "last_ts_us": last.ts_us if last else None,
+            }
+        hb = self.heartbeat
+        client = self._client
+        return {
+            "name": self.name,
+            "state": self.state,
+            "error": self.error,
+            "pid": os.getpid(),
+            "updated_us": _now_us(),
+            "host": None if self.host is None else str(self.host),
+            "server_identity": self.identity,
+            "change_id": self.change_id,
+            "position": None if self.position is None else str(self.position),
+            "gtid_set": "" if self.gtid_set is None else str(self.gtid_set),
+            "commit_ts_us": self.ts_us,
+            "lag_s": self.lag_s,
+            "events_in": self.events_in,
+            "bytes_in": self.bytes_in + (0 if client is None else client.bytes_received),
+            "transactions_stored": self.transactions_stored,
+            "transactions_filtered": self.transactions_filtered,
+            "records_stored": self.records_stored,
+            "reconnects": self.reconnects,
+            "heartbeats_written": 0 if hb is None else hb.written,
+            "heartbeat_errors": 0 if hb is None else hb.errors,
+            "retention": retention,
+        }
+
+
+def read_task_status(task_dir: Path) -> dict[str, Any]:
+    """What another process can know about a task: its persisted state and last status."""
+    out: dict[str, Any] = {"dir": str(task_dir)}
+    try:
+        out.update(json.loads((task_dir / STATUS_FILE).read_text()))
+    except (OSError, ValueError):
+        out["state"] = "never started"
+    state = ReaderState.load(str(task_dir / STATE_FILE))
+    if state is not None:
+        out["position"] = None if state.position is None else str(state.position)
+        out["gtid_set"] = state.gtid_set
+        out["stored_seq"] = state.seq
+        out["change_id"] = state.change_ids[-1].change_id if state.change_ids else 0
+        out["change_ids"] = [c.to_json() for c in state.change_ids]
+    if (task_dir / "changes" / "head").exists():
+        try:
+            with ChangeLog.open(str(task_dir / "changes"), read_only=True) as store:
+                first, last = store.earliest(), store.latest()
+            out["retention"] = {
+                "first_seq": first.seq if first else None,
+                "last_seq": last.seq if last else None,
+                "last_position": str(last.position) if last else None,
+            }
+        except StoreError as e:
+            out["retention"] = {"error": str(e)}
+    return out
+
+
+def _file_named(info: SourceInfo, number: int) -> str | None:
+    for name, _size in info.binary_logs:
+        try:
+            if binlog_file_number(name) == number:
+                return name
+        except ValueError:
+            continue
+    return None
+
+
+def _split(table: str) -> tuple[str, str]:
+    db, _, name = table.partition(".")
+    return db, name
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
