@@ -379,12 +379,15 @@ def _alter_table(text: str, work: Work) -> None:
         _alter_actions(builder, tree, work.catalog.mariadb)
     else:
         m = re.match(r"ALTER\s+(?:ONLINE\s+|OFFLINE\s+)?(?:IGNORE\s+)?TABLE\s+", text, re.I)
-        pos = skip(text, m.end(), r"IF\s+EXISTS\s+") if m else 0
-        hit = name_at(text, pos, work.default_db) if m else None
+        if m is None:
+            raise DdlError("ALTER TABLE not understood")
+        pos = skip(text, m.end(), r"IF\s+EXISTS\s+")
+        if_exists = pos != m.end()
+        hit = name_at(text, pos, work.default_db)
         if hit is None:
             raise DdlError("ALTER TABLE not understood")
         key, pos = hit
-        builder = _builder_for(work, key, pos != m.end() if m else False)
+        builder = _builder_for(work, key, if_exists)
         if builder is None:
             return
         for clause in split_clauses(text[pos:]):
