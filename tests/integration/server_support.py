@@ -6,21 +6,28 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from headwater.binlog.constants import EventType
+from headwater.binlog.dump import render_json
 from headwater.binlog.events import DecodeContext, parse_event
 from headwater.binlog.framing import FormatDescription, iter_file_events
 from headwater.binlog.tablemap import TableMap
-from headwater.changes import encode_events
+from headwater.changes import decode_record, encode_events
 from headwater.position import Position, binlog_file_number
 from headwater.sandbox import MariadbSandbox
-from headwater.store import FIRST_CHUNK, LAST_CHUNK, Record
+from headwater.server import ServerOptions, TaskHandle
+from headwater.server.app import HeadwaterServer
+from headwater.server.encoding import row_json
+from headwater.store import FIRST_CHUNK, LAST_CHUNK, ChangeLog, Durability, Record, StoreOptions
 
-__all__ = ["Http", "binlog_records"]
+__all__ = ["BIG_ROWS", "CHUNK_BYTES", "Api", "Http", "Stored", "binlog_records", "open_api"]
 
 
 def _chunks(
@@ -171,3 +178,117 @@ class Http:
             if not batch and not page["more"]:
                 return items, checkpoint, fetches
             items.extend(batch)
+
+
+CHUNK_BYTES = 8192  # a rows event (about 8 KiB in MariaDB) is never split
+BIG_ROWS = 3000
+
+
+@dataclass
+class Stored:
+    fde: FormatDescription
+    records: list[Record]
+
+
+def log_workload(mariadb: MariadbSandbox, db: str) -> Iterator[Stored]:
+    """Log the tests' workload in database ``db`` and yield it as records; drop it after.
+
+    Tables ``acct`` (int key), ``pair`` (composite key) and ``nokey``; 30 multi-row
+    transactions, an update, a delete, a transaction of ``BIG_ROWS`` rows (chunked) and
+    DDL."""
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    file, start = mariadb.binlog_position()
+    mariadb.execute(
+        "CREATE TABLE acct (id INT PRIMARY KEY, owner VARCHAR(20), bal DECIMAL(8,2),"
+        " seen DATETIME(3), tag VARBINARY(4))",
+        "CREATE TABLE pair (a INT, b VARCHAR(8), v INT, PRIMARY KEY (a, b))",
+        "CREATE TABLE nokey (n INT, s VARCHAR(8))",
+        database=db,
+    )
+    conn = mariadb.connect(db)
+    with conn.cursor() as cur:
+        for t in range(30):
+            cur.execute("BEGIN")
+            for i in range(t * 4 + 1, t * 4 + 5):
+                cur.execute(
+                    "INSERT INTO acct VALUES (%s, %s, %s, '2024-01-02 03:04:05.678', %s)",
+                    (i, f"own{i % 7}", Decimal(i) / 4, bytes([i % 256, 0])),
+                )
+            cur.execute("INSERT INTO pair VALUES (%s, 'x', %s)", (t, t))
+            cur.execute("COMMIT")
+        cur.execute("UPDATE acct SET bal = bal + 1, seen = NULL WHERE id <= 20")
+        cur.execute("DELETE FROM acct WHERE id > 110")
+        cur.execute("INSERT INTO nokey VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+        cur.execute(
+            "INSERT INTO pair SELECT seq, REPEAT('y', seq % 8), seq"
+            f" FROM seq_100_to_{99 + BIG_ROWS}"
+        )
+        cur.execute("ALTER TABLE nokey ADD COLUMN z INT")
+        cur.execute("INSERT INTO nokey VALUES (4, 'd', 9)")
+    conn.close()
+    fde, records = binlog_records(mariadb, file, start, chunk_bytes=CHUNK_BYTES)
+    assert any(not r.last_chunk for r in records), "the large transaction must be chunked"
+    yield Stored(fde, records)
+    mariadb.execute(f"DROP DATABASE IF EXISTS {db}")
+
+
+@dataclass
+class Api:
+    http: Http
+    server: HeadwaterServer
+    log: ChangeLog
+    stored: Stored
+    status: dict[str, Any]
+
+    @property
+    def records(self) -> list[Record]:
+        return self.stored.records
+
+    def expected_rows(self, **decode: Any) -> list[dict[str, Any]]:
+        rows = []
+        for rec in self.log.reader("earliest"):
+            for change in decode_record(rec, source="orders", fde=self.stored.fde, **decode):
+                rows.append(orjson.loads(render_json(row_json(change))))
+        return rows
+
+
+def fill(path: Path, records: list[Record], **options: Any) -> ChangeLog:
+    log = ChangeLog.open(str(path), StoreOptions(durability=Durability.NONE, **options))
+    for rec in records:
+        log.append(
+            Record(
+                rec.position,
+                rec.payload,
+                rec.ts_us,
+                rec.gtid,
+                rec.tables,
+                rec.schema_version,
+                rec.flags,
+                rec.chunk_no,
+            )
+        )
+    log.flush()
+    return log
+
+
+@contextmanager
+def open_api(
+    stored: Stored, tmp_path: Path, options: ServerOptions | None = None, **store: Any
+) -> Iterator[Api]:
+    """A fresh change log holding ``stored`` and a server for it (task ``orders``)."""
+    log = fill(tmp_path / "log", stored.records, **store)
+    status: dict[str, Any] = {
+        "events_in": 1234,
+        "bytes_in": 56789,
+        "transactions_stored": len(stored.records),
+        "lag_seconds": 0.25,
+        "gtid_set": stored.records[-1].gtid,
+        "state": "running",
+    }
+    tasks = {"orders": TaskHandle(log=log, fde=lambda: stored.fde, status=lambda: status)}
+    server = HeadwaterServer(tasks, options or ServerOptions()).start()
+    try:
+        yield Api(Http(server.url), server, log, stored, status)
+    finally:
+        server.close()
+        log.close()

@@ -13,130 +13,36 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from headwater.binlog.dump import render_json
-from headwater.binlog.framing import FormatDescription
-from headwater.changes import decode_record
 from headwater.sandbox import MariadbSandbox
-from headwater.server import ServerOptions, TaskHandle, pb
-from headwater.server.app import HeadwaterServer
-from headwater.server.encoding import row_json
-from headwater.store import ChangeLog, Durability, Record, StoreOptions
-from tests.integration.server_support import Http, binlog_records
+from headwater.server import TaskHandle, pb
+from headwater.store import ChangeLog, Record
+from tests.integration.server_support import (
+    BIG_ROWS,
+    CHUNK_BYTES,
+    Api,
+    Stored,
+    log_workload,
+    open_api,
+)
 
 DB = "hw_server_api"
-CHUNK_BYTES = 8192  # a rows event (about 8 KiB in MariaDB) is never split
-BIG_ROWS = 3000
-
-
-@dataclass
-class Stored:
-    fde: FormatDescription
-    records: list[Record]
 
 
 @pytest.fixture(scope="module")
 def stored(mariadb: MariadbSandbox) -> Iterator[Stored]:
-    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
-    file, start = mariadb.binlog_position()
-    mariadb.execute(
-        "CREATE TABLE acct (id INT PRIMARY KEY, owner VARCHAR(20), bal DECIMAL(8,2),"
-        " seen DATETIME(3), tag VARBINARY(4))",
-        "CREATE TABLE pair (a INT, b VARCHAR(8), v INT, PRIMARY KEY (a, b))",
-        "CREATE TABLE nokey (n INT, s VARCHAR(8))",
-        database=DB,
-    )
-    conn = mariadb.connect(DB)
-    with conn.cursor() as cur:
-        for t in range(30):
-            cur.execute("BEGIN")
-            for i in range(t * 4 + 1, t * 4 + 5):
-                cur.execute(
-                    "INSERT INTO acct VALUES (%s, %s, %s, '2024-01-02 03:04:05.678', %s)",
-                    (i, f"own{i % 7}", Decimal(i) / 4, bytes([i % 256, 0])),
-                )
-            cur.execute("INSERT INTO pair VALUES (%s, 'x', %s)", (t, t))
-            cur.execute("COMMIT")
-        cur.execute("UPDATE acct SET bal = bal + 1, seen = NULL WHERE id <= 20")
-        cur.execute("DELETE FROM acct WHERE id > 110")
-        cur.execute("INSERT INTO nokey VALUES (1, 'a'), (2, 'b'), (3, 'c')")
-        cur.execute(
-            "INSERT INTO pair SELECT seq, REPEAT('y', seq % 8), seq"
-            f" FROM seq_100_to_{99 + BIG_ROWS}"
-        )
-        cur.execute("ALTER TABLE nokey ADD COLUMN z INT")
-        cur.execute("INSERT INTO nokey VALUES (4, 'd', 9)")
-    conn.close()
-    fde, records = binlog_records(mariadb, file, start, chunk_bytes=CHUNK_BYTES)
-    assert any(not r.last_chunk for r in records), "the large transaction must be chunked"
-    yield Stored(fde, records)
-    mariadb.execute(f"DROP DATABASE IF EXISTS {DB}")
-
-
-@dataclass
-class Api:
-    http: Http
-    server: HeadwaterServer
-    log: ChangeLog
-    stored: Stored
-    status: dict[str, Any]
-
-    @property
-    def records(self) -> list[Record]:
-        return self.stored.records
-
-    def expected_rows(self, **decode: Any) -> list[dict[str, Any]]:
-        rows = []
-        for rec in self.log.reader("earliest"):
-            for change in decode_record(rec, source="orders", fde=self.stored.fde, **decode):
-                rows.append(orjson.loads(render_json(row_json(change))))
-        return rows
-
-
-def fill(path: Path, records: list[Record], **options: Any) -> ChangeLog:
-    log = ChangeLog.open(str(path), StoreOptions(durability=Durability.NONE, **options))
-    for rec in records:
-        log.append(
-            Record(
-                rec.position,
-                rec.payload,
-                rec.ts_us,
-                rec.gtid,
-                rec.tables,
-                rec.schema_version,
-                rec.flags,
-                rec.chunk_no,
-            )
-        )
-    log.flush()
-    return log
+    yield from log_workload(mariadb, DB)
 
 
 @pytest.fixture
 def api(stored: Stored, tmp_path: Path) -> Iterator[Api]:
-    log = fill(tmp_path / "log", stored.records)
-    status: dict[str, Any] = {
-        "events_in": 1234,
-        "bytes_in": 56789,
-        "transactions_stored": len(stored.records),
-        "lag_seconds": 0.25,
-        "gtid_set": stored.records[-1].gtid,
-        "state": "running",
-    }
-    tasks = {"orders": TaskHandle(log=log, fde=lambda: stored.fde, status=lambda: status)}
-    server = HeadwaterServer(tasks, ServerOptions()).start()
-    try:
-        yield Api(Http(server.url), server, log, stored, status)
-    finally:
-        server.close()
-        log.close()
+    with open_api(stored, tmp_path) as api:
+        yield api
 
 
 def test_info_reports_positions_gtids_lag_and_retained_range(api: Api) -> None:
