@@ -267,7 +267,7 @@ class Catalog:
                     active = self._recover_active(base, path)
                     segs.append(SegmentMeta(base, path, None, active.size))
                 else:
-                    self._set_aside(path, e)
+                    self.set_aside(path, e)
                 continue
             if footer.first_seq != base or (
                 segs and segs[-1].footer is not None and segs[-1].footer.last_seq + 1 != base
@@ -304,7 +304,7 @@ class Catalog:
             log.error("damaged index, rebuilding: %s", e)
         self.cache_view(meta.base, self.rebuild_index(meta))
 
-    def _set_aside(self, path: str, err: CorruptRecordError) -> None:
+    def set_aside(self, path: str, err: CorruptRecordError) -> None:
         """Rename a corrupt segment to ``*.bad`` so the log can go on without it."""
         self.problems.append(err)
         log.error("setting corrupt segment aside: %s", err)

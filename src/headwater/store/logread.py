@@ -10,6 +10,7 @@ returns or reads past the acknowledged point (``_acked`` / ``_pub_end``).
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ from headwater.store.segment import SegmentMeta, Source, open_source, read_foote
 
 __all__ = ["ReadSide"]
 
+log = logging.getLogger(__name__)
+
 
 class ReadSide:
     """Mixin of :class:`~headwater.store.log.ChangeLog`: the internals reader.py uses."""
@@ -31,6 +34,7 @@ class ReadSide:
     _opts: StoreOptions
     _read_only: bool
     _lock: threading.Lock
+    _maint_lock: threading.Lock
     _cond: threading.Condition
     _catalog: Catalog
     _acked: int
@@ -47,6 +51,27 @@ class ReadSide:
     if TYPE_CHECKING:  # provided by ChangeLog or a sibling mixin
 
         def _load_purged(self) -> None: ...
+
+    def _set_aside_corrupt(self, meta: SegmentMeta | None, err: CorruptRecordError) -> None:
+        """A reader found damage in ``meta``: if it is sealed, set it aside as ``*.bad``.
+
+        Only the writer does this (it owns the directory); readers in other processes just
+        raise. The segment leaves the list (copy-on-write) before its file is renamed, so
+        no new reader opens it; readers holding it open keep their descriptor.
+        """
+        if self._read_only or meta is None or meta.footer is None:
+            return
+        with self._maint_lock:
+            with self._lock:
+                cur = self._catalog.find(meta.base)
+                if cur is None or cur.base != meta.base or cur.footer is None:
+                    return
+                self._catalog.replace(cur, None)
+                self._catalog.drop_view(cur.base)
+            try:
+                self._catalog.set_aside(cur.path, err)
+            except OSError as e:
+                log.error("could not set %s aside: %s", cur.path, e)
 
     def _segments_snapshot(self) -> list[SegmentMeta]:
         return self._catalog.segments

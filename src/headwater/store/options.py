@@ -14,11 +14,13 @@ MIB = 1024 * KIB
 class Durability(enum.Enum):
     """When an append is acknowledged (and becomes visible to readers).
 
-    ``EVERY_RECORD``: after an fdatasync that covers the record (one per append call when
-    appending from one thread). ``GROUP`` (default): a flusher thread writes and fdatasyncs
-    everything pending every ``group_commit_ms`` or as soon as ``group_commit_bytes`` are
-    pending; appends are acknowledged by that sync. ``NONE``: after the bytes are handed to
-    the kernel (``os.write``); survives a process crash, not a power cut.
+    ``EVERY_RECORD``: after an fdatasync that covers the record (one per ``append`` call).
+    ``GROUP`` (default): the appending thread writes, and a flusher thread fdatasyncs what
+    was written every ``group_commit_ms``, as soon as ``group_commit_bytes`` are unsynced,
+    or at once when someone waits in ``wait_acked``; appends are acknowledged by that sync
+    and never wait for it (unless ``max_pending_bytes`` are written but unsynced: the disk
+    is behind). ``NONE``: after the bytes are handed to the kernel (``os.writev``); survives
+    a process crash, not a power cut.
     """
 
     EVERY_RECORD = "fsync"

@@ -4,7 +4,10 @@ A reader holds a cursor (next seq, segment, byte offset) and never hands out a r
 seq is above the log's acknowledged seq: in the writer's process that is the in-memory
 ``acked`` value, in another process the ``head`` file (see catalog.py). Records still in
 the writer's memory tail are served from memory; others are read from disk and checked
-(CRC32C, expected seq). Waiting for new records uses a condition variable in the writer's
+(CRC32C, expected seq). In the writer's process, damage found in a *sealed* segment also
+sets that segment aside (renamed ``*.bad``, reported in ``problems``) before the error is
+raised, so it is reported once and never served again; the active segment is left to
+recovery. Waiting for new records uses a condition variable in the writer's
 process and inotify on ``head`` in other processes: no polling sleeps (a 50 ms poll is the
 fallback only where inotify is unavailable).
 
@@ -227,6 +230,9 @@ def _scan_from_entry(
                 return seq, meta, off
             seq += 1
             off += flen
+    except CorruptRecordError as e:
+        log._set_aside_corrupt(meta, e)
+        raise
     finally:
         src.close()
     return None
@@ -336,11 +342,17 @@ class LogReader:
             limit = log._limit(nxt)
         if self._src is None:
             self._src = log._open_source(self._meta)
-        rec, flen = read_record(self._src, self._off, limit)
-        if rec.seq != seq:
-            raise CorruptRecordError(
-                f"record has seq {rec.seq}, expected {seq}", path=self._src.path, offset=self._off
-            )
+        try:
+            rec, flen = read_record(self._src, self._off, limit)
+            if rec.seq != seq:
+                raise CorruptRecordError(
+                    f"record has seq {rec.seq}, expected {seq}",
+                    path=self._src.path,
+                    offset=self._off,
+                )
+        except CorruptRecordError as e:
+            log._set_aside_corrupt(self._meta, e)
+            raise
         self._off += flen
         self._seq = seq + 1
         return rec

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from headwater.errors import CorruptRecordError
-from headwater.store import ChangeLog, Record, StoreOptions
+from headwater.store import AtSeq, ChangeLog, Record, StoreOptions
 from headwater.store.record import encode_parts
 from headwater.store.segment import BAD, IDX, SEG, segment_name
 
@@ -101,8 +101,10 @@ def test_flipped_byte_in_sealed_segment_is_reported_by_reader(tmp_path: Path, op
                 pass
         assert ei.value.path == str(seg)
         assert ei.value.offset is not None and ei.value.offset <= 100
-        (found,) = log.verify()
-        assert (found.path, found.offset) == (str(seg), ei.value.offset)
+        # The writer sets the damaged sealed segment aside; what remains verifies clean.
+        assert [(p.path, p.offset) for p in log.problems] == [(str(seg), ei.value.offset)]
+        assert (tmp_path / (seg.name + BAD)).exists() and not seg.exists()
+        assert log.verify() == []
 
 
 @pytest.mark.parametrize("where", ["footer", "trailer", "truncate"])
@@ -197,3 +199,33 @@ def test_garbage_active_segment_recovers_to_empty(tmp_path: Path, opts) -> None:
     with ChangeLog.open(str(tmp_path), opts()) as log:
         assert log.acked_seq == 0
         assert list(log.reader()) == []
+
+
+def test_reader_sets_a_corrupt_sealed_segment_aside(tmp_path: Path, opts, rec) -> None:
+    with ChangeLog.open(str(tmp_path), opts()) as log:
+        log.append_many([rec(i) for i in range(1, 101)])
+        log.flush()
+        segs = log.segments()
+        victim, after = segs[1], segs[2]
+        assert victim.footer is not None
+        with open(victim.path, "r+b") as f:
+            f.seek(100)  # inside the first record's GTID: its CRC fails
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 0xFF]))
+        with pytest.raises(CorruptRecordError) as ei:
+            list(log.reader(AtSeq(victim.base)))
+        assert (ei.value.path, ei.value.offset) == (victim.path, 0)
+        assert os.path.exists(victim.path + BAD)
+        assert not os.path.exists(victim.path)
+        assert not os.path.exists(victim.index_path)
+        assert victim.base not in [m.base for m in log.segments()]
+        assert [p.path for p in log.problems] == [victim.path]
+        assert [r.seq for r in log.reader(AtSeq(after.base))] == list(range(after.base, 101))
+    with ChangeLog.open(str(tmp_path), opts()) as log:
+        assert log.problems == []
+        assert [m.base for m in log.segments()] == [m.base for m in segs if m is not victim]
+        reader = log.reader()
+        with pytest.raises(CorruptRecordError, match="missing"):
+            list(reader)
+        assert reader.next_seq == victim.base
