@@ -385,6 +385,17 @@ class SchemaHistory:
             v.decoder_columns = v.definition.columns_for_decoder()
         return v.decoder_columns
 
+    def primary_key_for(
+        self, database: str, table: str, position: Position
+    ) -> tuple[str, ...] | None:
+        """Names of the primary key columns at ``position`` (``None``: unknown table or no
+        primary key). With :meth:`columns_for` this makes the history a
+        :class:`headwater.changes.SchemaLookup`."""
+        definition = self.table_at(database, table, position)
+        if definition is None or not definition.primary_key:
+            return None
+        return tuple(definition.primary_key)
+
     def version_at(self, position: Position) -> int:
         """The schema version number in force at ``position`` (0 before any change)."""
         return bisect.bisect_right(self._positions, position)

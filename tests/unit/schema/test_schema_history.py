@@ -220,3 +220,20 @@ def test_bootstrap_again_replaces_everything() -> None:
     h.bootstrap({(DB, "users"): _users()}, P(300))
     assert set(h.tables()) == {(DB, "users")}
     assert h.table_at(DB, "other", P(250)) is not None
+
+
+def test_primary_key_for_follows_the_versions() -> None:
+    h = _history()
+    h.apply_ddl("ALTER TABLE users DROP PRIMARY KEY", DB, P(200))
+    h.apply_ddl("ALTER TABLE users ADD PRIMARY KEY (name, id)", DB, P(300))
+    assert h.primary_key_for(DB, "users", P(150)) == ("id",)
+    assert h.primary_key_for(DB, "users", P(250)) is None
+    assert h.primary_key_for(DB, "users", P(300)) == ("name", "id")
+    assert h.primary_key_for(DB, "nosuch", P(300)) is None
+
+
+def test_history_is_a_schema_lookup_for_change_rows() -> None:
+    from headwater.changes import SchemaLookup
+
+    lookup: SchemaLookup = _history()
+    assert lookup.primary_key_for(DB, "users", P(100)) == ("id",)
