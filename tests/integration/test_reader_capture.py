@@ -37,8 +37,8 @@ def source_config(
 ) -> SourceConfig:
     return SourceConfig(
         name=name,
-        hosts=(HostConfig(server.host, server.port),),
-        user="root",
+        hosts=kw.pop("hosts", (HostConfig(server.host, server.port),)),
+        user=kw.pop("user", "root"),
         server_id=kw.pop("server_id", 4000 + (abs(hash(name)) % 1000)),
         start=start or StartConfig("latest"),
         heartbeat_period=kw.pop("heartbeat_period", 0.5),

@@ -581,6 +581,9 @@ def read_task_status(task_dir: Path) -> dict[str, Any]:
         out.update(json.loads((task_dir / STATUS_FILE).read_text()))
     except (OSError, ValueError):
         out["state"] = "never started"
+    pid = out.get("pid")
+    if out.get("state") in _LIVE_STATES and isinstance(pid, int) and not _alive(pid):
+        out["state"] = f"not running (was {out['state']}; process {pid} is gone)"
     state = ReaderState.load(str(task_dir / STATE_FILE))
     if state is not None:
         out["position"] = None if state.position is None else str(state.position)
@@ -600,6 +603,19 @@ def read_task_status(task_dir: Path) -> dict[str, Any]:
         except StoreError as e:
             out["retention"] = {"error": str(e)}
     return out
+
+
+_LIVE_STATES = ("created", "connecting", "running", "backoff")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _file_named(info: SourceInfo, number: int) -> str | None:
