@@ -218,6 +218,9 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in several writes: without TCP_NODELAY, Nagle plus the
+    # client's delayed ACK stall each keep-alive response by ~40 ms.
+    disable_nagle_algorithm = True
     server: _HTTPServer
     server_version = f"headwater/{__version__}"
 
