@@ -26,7 +26,8 @@ Record invariants (``headwater.changes`` describes the payload):
   chunks appended before the end is seen carry the first event's header time instead (the
   commit time is not known yet; the last chunk has the commit time);
 * ``tables``: ``(db.table, n)`` where ``n`` counts the rows *events* of the table kept in
-  the transaction (a rows event holds one or more rows; counting rows would mean decoding);
+  the record (a rows event holds one or more rows; counting rows would mean decoding); the
+  chunks of a transaction each count their own, so they add up to the transaction's;
 * filtered tables cost no decoding: their TABLE_MAP and rows events are dropped on the
   table id; a transaction left without rows events or DDL is not stored, but it is still
   reported (``Committed.stored`` False) so the resume position advances past it;
@@ -367,6 +368,7 @@ class Grouper:
         self.chunks += 1
         self._chunk_no += 1
         self._chunk_first = self._n_events
+        self._tables = dict.fromkeys(self._tables, 0)  # counts are per chunk
         # The next chunk starts with the TABLE_MAPs its rows events may need.
         self._parts = []
         self._size = 0
