@@ -39,7 +39,7 @@ STATUS_KEYS = {
     "events_in": "binlog events received (counter)",
     "bytes_in": "binlog bytes received (counter)",
     "transactions_stored": "transactions appended to the change log (counter)",
-    "lag_seconds": "now minus the commit time of the last event read (gauge)",
+    "lag_seconds": "now minus the commit time of the last event read (gauge; alias lag_s)",
     "gtid_set": "GTID set stored so far (text, either flavour)",
     "state": "task state, e.g. running / stopped / failed (text)",
 }
@@ -79,7 +79,11 @@ class TaskHandle:
         return self.fde() if callable(self.fde) else self.fde
 
     def status_dict(self) -> dict[str, Any]:
-        return dict(self.status() if callable(self.status) else self.status)
+        """The status; ``lag_seconds`` filled from ``lag_s`` (the reader task's name)."""
+        status = dict(self.status() if callable(self.status) else self.status)
+        if status.get("lag_seconds") is None and status.get("lag_s") is not None:
+            status["lag_seconds"] = status["lag_s"]
+        return status
 
     def close(self) -> None:
         """Close the log if this handle opened it (a given ChangeLog stays open)."""
