@@ -269,11 +269,12 @@ class Grouper:
             if kept:
                 self._tables.setdefault(name, 0)
                 self._add(data)
-                if self.on_table_map is not None and data not in self._seen_maps:
+                shape = data[19:]  # the body: the header's time and log_pos vary
+                if self.on_table_map is not None and shape not in self._seen_maps:
                     # A new TABLE_MAP shape for the schema history's cross-check.
                     if len(self._seen_maps) > 10_000:
                         self._seen_maps.clear()
-                    self._seen_maps.add(data)
+                    self._seen_maps.add(shape)
                     version = self.on_table_map(data, self._pos)
                     if version is not None:
                         self.schema_version = version
