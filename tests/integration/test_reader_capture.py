@@ -296,3 +296,29 @@ def test_restart_of_the_server_mid_stream_loses_and_duplicates_nothing(
         run.stop()
     got = assert_same_changes(server, start.coordinate, tmp_path / "task", "r")  # type: ignore[arg-type]
     assert len(got) == 100 + 17 * 2
+
+
+def test_heartbeat_rows_measure_end_to_end_lag(
+    mariadb: MariadbSandbox, db: str, reader_dir: Path
+) -> None:
+    from headwater.config import HeartbeatConfig
+
+    config = source_config(
+        mariadb,
+        "heartbeat",
+        start=start_at(mariadb),
+        heartbeat=HeartbeatConfig(f"{db}.hw_heartbeat", interval=0.05),
+    )
+    run = Running(config, reader_dir)
+    try:
+        wait_for(lambda: run.task.lag_s is not None, 30, "a heartbeat to arrive")
+        wait_for(lambda: run.task.heartbeat is not None and run.task.heartbeat.written >= 3)
+        status = run.task.status()
+    finally:
+        run.stop()
+    assert 0 <= status["lag_s"] < 5 and status["heartbeats_written"] >= 3
+    rows = mariadb.query(f"SELECT id FROM `{db}`.hw_heartbeat")
+    assert [tuple(r) for r in rows] == [(config.server_id,)]
+    # The heartbeat rows are changes like any other: stored in the change log.
+    tables = {name for r in stored_records(reader_dir) for name, _ in r.tables}
+    assert f"{db}.hw_heartbeat" in tables
