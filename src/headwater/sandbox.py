@@ -83,6 +83,7 @@ class MariadbSandbox:
         self.options = options or SandboxOptions()
         self.dir = Path(tempfile.mkdtemp(prefix="headwater-mariadb-", dir=basedir))
         self.datadir = self.dir / "data"
+        self.tmpdir = self.dir / "tmp"
         self.socket = str(self.dir / "mysqld.sock")
         self.port = 0
         self.host = "127.0.0.1"
@@ -95,20 +96,29 @@ class MariadbSandbox:
         install = _find("mariadb-install-db", "mysql_install_db")
         mariadbd = _find("mariadbd", "mysqld")
         user_args = ["--user=root"] if os.geteuid() == 0 else []
-        subprocess.run(
+        # A private tmpdir: bootstraps running at the same time in a shared /tmp collide on
+        # their temporary table files ("Unknown table 'mysql.tmp_user_sys'").
+        self.tmpdir.mkdir(exist_ok=True)
+        done = subprocess.run(
             [
                 install,
                 "--no-defaults",
                 f"--datadir={self.datadir}",
+                f"--tmpdir={self.tmpdir}",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
                 *user_args,
             ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             timeout=120,
         )
+        if done.returncode != 0:
+            output = done.stdout.decode(errors="replace").strip().splitlines()
+            raise RuntimeError(
+                f"mariadb-install-db failed with status {done.returncode}: "
+                + " | ".join(output[:6])
+            )
         o = self.options
         last_error: Exception | None = None
         for _attempt in range(3):  # the free port can be taken between probe and bind
@@ -117,6 +127,7 @@ class MariadbSandbox:
                 mariadbd,
                 "--no-defaults",
                 f"--datadir={self.datadir}",
+                f"--tmpdir={self.tmpdir}",
                 f"--socket={self.socket}",
                 f"--port={self.port}",
                 "--bind-address=127.0.0.1",
