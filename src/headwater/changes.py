@@ -10,8 +10,10 @@ whose payload is the transaction's binlog events, checksums verified and strippe
                      when the source used CRC32; the length prefix is the truth)
 
 A chunk of a large transaction holds a run of its events and repeats, at its start, the
-TABLE_MAP events its rows events need, so that every record decodes on its own; its
-``position.event_index`` is the index of its first event in the transaction.
+TABLE_MAP events its rows events need, so that every record decodes on its own. Its
+``position.event_index`` plus an event's place in the payload is that event's index in
+the transaction: for a chunk that repeats ``r`` TABLE_MAPs, the index of its first new
+event minus ``r`` (the repeated maps take indexes of earlier events, and yield no rows).
 
 :func:`decode_record` turns a record into :class:`ChangeRow` values: one per changed row,
 and one per DDL statement. Decoding needs the source's FORMAT_DESCRIPTION (table id size,

@@ -20,7 +20,9 @@ Record invariants (``headwater.changes`` describes the payload):
 * ``position`` is (change_id, number of the binlog file holding the transaction's first
   event, offset of that event, index of the record's first event among the transaction's
   *stored* events); every chunk after the first repeats, at its start, the TABLE_MAPs of
-  the transaction seen so far, and its ``event_index`` counts only real events;
+  the transaction seen so far, and its ``event_index`` is the index of its first real
+  event minus the number of TABLE_MAPs it repeats, so that index + position in the payload
+  is each real event's index in the transaction (``headwater.changes``);
 * ``ts_us``: MySQL 8's ``immediate_commit_timestamp`` when the GTID event carries it,
   else the header timestamp (seconds) of the event that ends the transaction times 10**6;
   chunks appended before the end is seen carry the first event's header time instead (the
@@ -173,6 +175,7 @@ class Grouper:
         self._size = 0
         self._n_events = 0  # stored events of the transaction so far
         self._chunk_first = 0  # index of the current chunk's first real event
+        self._chunk_repeated = 0  # TABLE_MAPs repeated at the start of the current chunk
         self._chunk_no = 0
         self._content = False  # a kept rows event or DDL
         self._tables: dict[str, int] = {}
@@ -365,7 +368,7 @@ class Grouper:
         if not self._content:
             return
         first = self._chunk_no == 0
-        self._append(self._chunk_first, FIRST_CHUNK if first else 0)
+        self._append(self._chunk_first - self._chunk_repeated, FIRST_CHUNK if first else 0)
         self.chunks += 1
         self._chunk_no += 1
         self._chunk_first = self._n_events
@@ -373,11 +376,13 @@ class Grouper:
         # The next chunk starts with the TABLE_MAPs its rows events may need.
         self._parts = []
         self._size = 0
+        self._chunk_repeated = 0
         for _name, kept, data in self._maps.values():
             if kept:
                 self._parts.append(_pack_len(len(data)))
                 self._parts.append(data)
                 self._size += len(data) + 4
+                self._chunk_repeated += 1
 
     def _append(self, event_index: int, flags: int) -> None:
         pos = (
@@ -404,7 +409,8 @@ class Grouper:
         stored = self._content
         if stored:
             self._append(
-                self._chunk_first, LAST_CHUNK | (FIRST_CHUNK if self._chunk_no == 0 else 0)
+                self._chunk_first - self._chunk_repeated,
+                LAST_CHUNK | (FIRST_CHUNK if self._chunk_no == 0 else 0),
             )
         done = Committed(
             self._pos,

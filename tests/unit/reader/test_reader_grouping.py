@@ -178,6 +178,23 @@ def test_large_transactions_are_chunked_and_chunks_repeat_their_table_maps() -> 
     assert indexes[0] == 0 and indexes == sorted(indexes)
     assert len({(c.position.file_num, c.position.offset) for c in chunks}) == 1
 
+    # event_index + place in the payload is each new event's index in the transaction: the
+    # TABLE_MAPs repeated at the start of a later chunk take earlier indexes.
+    def map_id(e: RawEvent) -> int:
+        return int.from_bytes(e.data[19:25], "little")
+
+    first = list(iter_payload_events(chunks[0].payload))
+    seen, mapped = len(first), {map_id(e) for e in first if e.type_code == E.TABLE_MAP}
+    for c in chunks[1:]:
+        events = list(iter_payload_events(c.payload))
+        repeated = 0
+        while events[repeated].type_code == E.TABLE_MAP and map_id(events[repeated]) in mapped:
+            repeated += 1
+        assert repeated >= 1
+        assert c.position.event_index + repeated == seen
+        mapped |= {map_id(e) for e in events if e.type_code == E.TABLE_MAP}
+        seen += len(events) - repeated
+
 
 def test_skipped_transactions_store_nothing_but_are_reported() -> None:
     sink = Sink()
