@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-DEB_PACKAGES := mariadb-server mariadb-client
+JDBC_JAR := /usr/share/java/mariadb-java-client.jar
 
 .PHONY: test lint typecheck unit integration bench setup system-packages clean
 
@@ -18,6 +18,8 @@ system-packages:
 	@missing=""; \
 	command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing="$$missing mariadb-server"; \
 	command -v mariadb-binlog >/dev/null 2>&1 || missing="$$missing mariadb-client"; \
+	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	[ -f $(JDBC_JAR) ] || missing="$$missing libmariadb-java"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
