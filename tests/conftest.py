@@ -8,18 +8,23 @@ fixture is marked ``integration`` automatically.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from headwater.sandbox import MariadbSandbox, SandboxOptions
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 FIXTURES = SHARED / "fixtures" / "binlog"
 
-_SERVER_FIXTURES = {"mariadb", "db", "sandbox_factory"}
+_SERVER_FIXTURES = {"mariadb", "db", "sandbox_factory", "spark", "postgres", "mariadb_target"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -70,3 +75,48 @@ def sandbox_factory() -> Iterator[Callable[..., MariadbSandbox]]:
     finally:
         for server in started:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb_target() -> Iterator[MariadbSandbox]:
+    """A second server, for pipelines that sync into MariaDB (binlog off: a plain target)."""
+    server = MariadbSandbox(SandboxOptions(server_id=2, log_bin=False)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local Spark session for the whole test run (starting one takes seconds)."""
+    from headwater.spark.session import build_session
+
+    session = build_session("local[2]", "headwater-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+POSTGRES_DSN = os.environ.get("HEADWATER_TEST_POSTGRES", "host=127.0.0.1 port=5432 user=postgres")
+
+
+@pytest.fixture
+def postgres(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """A fresh database on the machine's PostgreSQL (a target only; dropped afterwards).
+
+    Yields connection keywords for psycopg (``host``, ``port``, ``user``, ``dbname``).
+    """
+    import psycopg
+
+    name = "hw_" + re.sub(r"\W", "_", request.node.name)[:40].lower()
+    admin = psycopg.connect(POSTGRES_DSN + " dbname=postgres", autocommit=True)
+    try:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+        params = dict(p.split("=", 1) for p in POSTGRES_DSN.split())
+        yield {**params, "dbname": name}
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.close()
