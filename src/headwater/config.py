@@ -36,6 +36,7 @@ __all__ = [
     "HeartbeatConfig",
     "HostConfig",
     "ReaderConfig",
+    "ServerConfig",
     "SourceConfig",
     "StartConfig",
     "StoreConfig",
@@ -160,12 +161,27 @@ class SourceConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The HTTP API the reader process serves (``headwater.server``): the address to
+    listen on (port 0: any free port, see ``server.json``), the bearer token (read from a
+    file or an environment variable; never in a message or ``repr``) and fetch limits."""
+
+    host: str = "127.0.0.1"
+    port: int = 8484
+    token: str | None = field(default=None, repr=False)
+    max_rows: int = 100_000
+    max_bytes: int = 64 * MIB
+    max_wait_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
 class ReaderConfig:
-    """The reader process: where task data lives and the sources it reads."""
+    """The reader process: where task data lives, the sources it reads, its HTTP API."""
 
     data_dir: Path
     sources: tuple[SourceConfig, ...]
     file: str = "<config>"
+    server: ServerConfig | None = None
 
     def task_dir(self, name: str) -> Path:
         """The directory of one task: ``changes/`` (the change log), ``schema/``, state."""
@@ -218,7 +234,9 @@ def parse_reader_config(
         raise ConfigError(f"not valid YAML: {problem}", file=file, line=line) from None
     if root is None:
         raise ConfigError("the configuration is empty", file=file, line=1)
-    fields = _mapping(ctx, root, "", {"data_dir", "sources"}, required={"data_dir", "sources"})
+    fields = _mapping(
+        ctx, root, "", {"data_dir", "sources", "server"}, required={"data_dir", "sources"}
+    )
     data_dir = _path(ctx, fields["data_dir"], "data_dir")
     sources_node = fields["sources"]
     if not isinstance(sources_node, yaml.SequenceNode) or not sources_node.value:
@@ -235,7 +253,8 @@ def parse_reader_config(
                 f"{src.name!r} is already the name of sources[{seen[src.name]}]",
             )
         seen[src.name] = i
-    return ReaderConfig(data_dir, sources, file)
+    server = _server(ctx, fields["server"], "server") if "server" in fields else None
+    return ReaderConfig(data_dir, sources, file, server)
 
 
 _SOURCE_FIELDS = {
@@ -311,31 +330,34 @@ def _source(ctx: _Ctx, node: yaml.Node, path: str) -> SourceConfig:
 
 
 def _password(ctx: _Ctx, f: dict[str, yaml.Node], path: str) -> str:
-    given = [k for k in ("password", "password_file", "password_env") if k in f]
+    secret = _secret(ctx, f, path, "password")
+    return "" if secret is None else secret
+
+
+def _secret(ctx: _Ctx, f: dict[str, yaml.Node], path: str, name: str) -> str | None:
+    """``name`` inline, or the first line of ``name_file``, or ``$name_env``; None if none."""
+    given = [k for k in (name, f"{name}_file", f"{name}_env") if k in f]
     if len(given) > 1:
         raise ctx.error(f[given[1]], f"{path}.{given[1]}", f"give only one of {', '.join(given)}")
-    if "password" in f:
-        node = f["password"]
+    if not given:
+        return None
+    key = given[0]
+    node = f[key]
+    if key == name:
         if not isinstance(node, yaml.ScalarNode):
-            raise ctx.error(node, f"{path}.password", "must be a string")
+            raise ctx.error(node, f"{path}.{key}", "must be a string")
         return str(node.value)
-    if "password_file" in f:
-        p = _path(ctx, f["password_file"], f"{path}.password_file")
+    if key.endswith("_file"):
+        p = _path(ctx, node, f"{path}.{key}")
         try:
             lines = p.read_text(encoding="utf-8").splitlines()
         except OSError as e:
-            raise ctx.error(
-                f["password_file"], f"{path}.password_file", f"cannot read {p}: {e.strerror}"
-            ) from None
+            raise ctx.error(node, f"{path}.{key}", f"cannot read {p}: {e.strerror}") from None
         return lines[0] if lines else ""
-    if "password_env" in f:
-        var = _str(ctx, f["password_env"], f"{path}.password_env")
-        if var not in ctx.env:
-            raise ctx.error(
-                f["password_env"], f"{path}.password_env", f"environment variable {var} is not set"
-            )
-        return ctx.env[var]
-    return ""
+    var = _str(ctx, node, f"{path}.{key}")
+    if var not in ctx.env:
+        raise ctx.error(node, f"{path}.{key}", f"environment variable {var} is not set")
+    return ctx.env[var]
 
 
 def _hosts(ctx: _Ctx, node: yaml.Node, path: str) -> tuple[HostConfig, ...]:
@@ -481,6 +503,30 @@ def _store(ctx: _Ctx, node: yaml.Node, path: str) -> StoreConfig:
             ctx, f["retention_bytes"], f"{path}.retention_bytes", 1, 2**62
         )
     return StoreConfig(**kw)
+
+
+def _server(ctx: _Ctx, node: yaml.Node, path: str) -> ServerConfig:
+    keys = {"listen", "token_file", "token_env", "max_rows", "max_bytes", "max_wait"}
+    f = _mapping(ctx, node, path, keys)
+    kw: dict[str, Any] = {}
+    if "listen" in f:
+        listen = _str(ctx, f["listen"], f"{path}.listen")
+        host, sep, port = listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ctx.error(f["listen"], f"{path}.listen", f"expected HOST:PORT, got {listen!r}")
+        kw["host"], kw["port"] = host.strip("[]"), int(port)
+    token = _secret(ctx, f, path, "token")
+    if token is not None and not token.strip():
+        key = next(k for k in ("token_file", "token_env") if k in f)
+        raise ctx.error(f[key], f"{path}.{key}", "the token is empty")
+    kw["token"] = None if token is None else token.strip()
+    if "max_rows" in f:
+        kw["max_rows"] = _int(ctx, f["max_rows"], f"{path}.max_rows", 1000, 10_000_000)
+    if "max_bytes" in f:
+        kw["max_bytes"] = _size(ctx, f["max_bytes"], f"{path}.max_bytes", MIB, 2**31)
+    if "max_wait" in f:
+        kw["max_wait_s"] = _float(ctx, f["max_wait"], f"{path}.max_wait", 0, 3600)
+    return ServerConfig(**kw)
 
 
 # --- typed scalars ----------------------------------------------------------------------------

@@ -5,7 +5,8 @@ Invariants: a task that fails (or cannot even open its data directory) never sto
 others or the process; its store stays open and readable and ``status()`` says why it
 failed. :meth:`ReaderService.stop` (SIGTERM, SIGINT) asks every task to stop at its next
 event or heartbeat; each then flushes its change log, persists its resume point and
-closes. ``status()`` is the structure the HTTP server serves (docs/configuration.md).
+closes. ``status()`` is the structure of ``reader status`` (docs/configuration.md); with a
+``server`` section the process also serves the HTTP API over the tasks (``serving``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ import signal
 import threading
 import time
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headwater.config import ReaderConfig
+from headwater.reader.serving import close_handles, start_server
 from headwater.reader.task import ReaderTask
+
+if TYPE_CHECKING:
+    from headwater.server.app import HeadwaterServer
 
 __all__ = ["ReaderService"]
 
@@ -36,9 +41,12 @@ class ReaderService:
         self._threads: dict[str, threading.Thread] = {}
         self._stopping = threading.Event()
         self.started_at = time.time()
+        self.server: HeadwaterServer | None = None
 
     def start(self) -> None:
-        """Open every task and start its thread (a task that cannot open is failed)."""
+        """Serve the HTTP API (when configured), then open every task and start its
+        thread (a task that cannot open is failed, and its stored changes still served)."""
+        self.server = start_server(self.config, self.tasks)
         for name, task in self.tasks.items():
             thread = threading.Thread(target=self._run_task, args=(task,), name=f"reader-{name}")
             self._threads[name] = thread
@@ -62,6 +70,9 @@ class ReaderService:
         deadline = time.monotonic() + timeout
         for thread in self._threads.values():
             thread.join(max(0.0, deadline - time.monotonic()))
+        if self.server is not None:
+            close_handles(self.server)
+            self.server = None
         for task in self.tasks.values():
             try:
                 task.close()

@@ -41,6 +41,7 @@ from typing import Any
 from headwater.binlog.client import BinlogClient, ClientOptions
 from headwater.binlog.constants import EventType
 from headwater.binlog.events import QueryEvent
+from headwater.binlog.framing import FormatDescription
 from headwater.binlog.preflight import SourceInfo, StartPosition
 from headwater.config import HostConfig, SourceConfig
 from headwater.errors import (
@@ -529,6 +530,11 @@ class ReaderTask:
             self.store.close()
         if self.schema is not None:
             self.schema.close()
+
+    def format_description(self) -> FormatDescription | None:
+        """The FORMAT_DESCRIPTION of the stream being read (None before the first one)."""
+        grouper = getattr(self, "_grouper", None)
+        return None if grouper is None else grouper.fde
 
     # -- status ----------------------------------------------------------------------------
 
