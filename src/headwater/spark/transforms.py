@@ -1,0 +1,471 @@
+"""Transforms of a pipeline: filters, column include/exclude, renames, computed columns,
+masking and user rules, applied to a DataFrame of change rows in the configured order.
+
+Every transform is a frozen spec (what the configuration says); :func:`apply_transforms`
+turns the list into DataFrame operations and keeps their order exactly. Filters run as
+Spark SQL on the JVM; everything that edits row images runs in Python on the executors
+(``mapInArrow``, consecutive Python transforms fused into one pass over the rows), with the
+same contract as user rules (:mod:`headwater.spark.rules`): a function from one change
+(images parsed into dicts) to a change or ``None``.
+
+Addressing image columns in SQL (filters, computed columns): ``after.amount``,
+``before.amount`` and ``key.id`` are rewritten to ``get_json_object(after, '$.amount')``
+and so on, outside string literals and backquotes (a name that is not a plain identifier
+is written in backquotes: ``after.`unit price```). The value is the JSON text of the field
+as a STRING (a JSON string without its quotes; NULL when the field is null or absent), so
+compare numbers with a cast: ``after.amount::decimal(12,2) > 100`` (Spark runs in ANSI
+mode, where ``'150.5' > 100`` is an error, not a comparison). In a computed column
+``row.amount`` means the image being computed: the expression is evaluated once over
+``after`` (giving the new ``after`` field) and once over ``before``.
+
+Which changes a transform touches: ``tables``, anchored regular expressions over
+``db.table`` (as in the reader's filters); empty means every table. DDL changes have no
+images; only database and table renames apply to them (their SQL text is left as is).
+
+The ``key`` image follows renames and masks (sinks merge by it, so it must name and hold
+what ``after`` does) but not include/exclude: excluding a primary key column removes it
+from the images only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from headwater.spark.rules import Change, RowOp, RuleError, RuleScript, position_text
+
+if TYPE_CHECKING:
+    import pyarrow
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "ComputeSpec",
+    "ExcludeSpec",
+    "FilterSpec",
+    "IncludeSpec",
+    "MaskRule",
+    "MaskSpec",
+    "RenameColumnsSpec",
+    "RenameDatabaseSpec",
+    "RenameTableSpec",
+    "RuleError",
+    "RuleSpec",
+    "TransformSpec",
+    "apply_transforms",
+    "image_sql",
+    "row_op",
+]
+
+IMAGES = ("key", "before", "after")
+_HELPER = "__hw_c"
+
+
+# --- specs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FilterSpec:
+    """Keep a row change of a matching table only where ``where`` (Spark SQL, image
+    shorthands allowed) is true; false or NULL drops it. Other tables and DDL pass."""
+
+    where: str
+    tables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IncludeSpec:
+    """Keep only ``columns`` in the before/after images of matching tables."""
+
+    columns: tuple[str, ...]
+    tables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExcludeSpec:
+    """Remove ``columns`` from the before/after images of matching tables."""
+
+    columns: tuple[str, ...]
+    tables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RenameDatabaseSpec:
+    """Rename databases: ``mapping`` old name -> new name (every table of the database)."""
+
+    mapping: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RenameTableSpec:
+    """Rename tables: ``mapping`` ``db.table`` -> ``table`` (same database) or
+    ``db2.table2`` (moved to another database)."""
+
+    mapping: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RenameColumnsSpec:
+    """Rename columns (old -> new) in the key, before and after images."""
+
+    mapping: Mapping[str, str]
+    tables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeSpec:
+    """Add (or replace) image fields: ``columns`` name -> Spark SQL expression."""
+
+    columns: Mapping[str, str]
+    tables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MaskRule:
+    """How one column is masked (non-NULL values only; the result is a string).
+
+    ``kind``: ``fixed`` (the value becomes ``text``), ``keep_first`` / ``keep_last`` (the
+    first/last ``n`` characters stay, every other becomes ``char``), ``hash`` (hex SHA-256
+    of ``salt`` + the value's text, as Debezium's ``mask.hash.SHA-256.with.salt``).
+    """
+
+    kind: str
+    text: str = "***"
+    n: int = 0
+    char: str = "*"
+    salt: bytes = field(default=b"", repr=False)
+
+    def apply(self, value: Any) -> Any:
+        if value is None:
+            return None
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if self.kind == "fixed":
+            return self.text
+        if self.kind == "keep_first":
+            return text[: self.n] + self.char * max(0, len(text) - self.n)
+        if self.kind == "keep_last":
+            kept = text[-self.n :] if self.n else ""
+            return self.char * max(0, len(text) - self.n) + kept
+        if self.kind == "hash":
+            return hashlib.sha256(self.salt + text.encode("utf-8", "surrogatepass")).hexdigest()
+        raise ValueError(f"unknown mask kind {self.kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MaskSpec:
+    """Mask ``columns`` (name -> rule) in the key, before and after images."""
+
+    columns: Mapping[str, MaskRule]
+    tables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSpec:
+    """A user rule script (see :mod:`headwater.spark.rules`), for matching tables."""
+
+    script: RuleScript
+    tables: tuple[str, ...] = ()
+
+
+TransformSpec = (
+    FilterSpec
+    | IncludeSpec
+    | ExcludeSpec
+    | RenameDatabaseSpec
+    | RenameTableSpec
+    | RenameColumnsSpec
+    | ComputeSpec
+    | MaskSpec
+    | RuleSpec
+)
+
+
+# --- SQL over images ----------------------------------------------------------------------
+
+_TOKEN = re.compile(
+    r"""'(?:[^'\\]|\\.|'')*'            # a string literal
+      | "(?:[^"\\]|\\.)*"               # a double-quoted literal
+      | `(?:[^`]|``)*`                  # a quoted identifier
+      | (?<![\w.`])(?P<image>key|before|after|row)\.
+        (?P<name>[A-Za-z_][A-Za-z0-9_$]*|`(?:[^`]|``)+`)""",
+    re.VERBOSE | re.IGNORECASE,
+)
+
+
+def image_sql(expression: str, row_image: str | None = None) -> str:
+    """``expression`` with ``after.x`` / ``before.x`` / ``key.x`` (and ``row.x`` when
+    ``row_image`` names the image it stands for) rewritten to ``get_json_object`` calls."""
+
+    def replace(m: re.Match[str]) -> str:
+        image = m.group("image")
+        if image is None:
+            return m.group(0)
+        image = image.lower()
+        if image == "row":
+            if row_image is None:
+                raise ValueError(f"row.{m.group('name')}: row. is only for computed columns")
+            image = row_image
+        name = m.group("name")
+        if name.startswith("`"):
+            name = name[1:-1].replace("``", "`")
+        path = "$['" + name.replace("\\", "\\\\").replace("'", "\\'") + "']"
+        literal = "'" + path.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return f"get_json_object(`{image}`, {literal})"
+
+    return _TOKEN.sub(replace, expression)
+
+
+def _tables_sql(patterns: tuple[str, ...]) -> str:
+    if not patterns:
+        return "true"
+    regex = "^(?:" + "|".join(f"(?:{p})" for p in patterns) + ")$"
+    literal = "'" + regex.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return f"(concat(`database`, '.', `table`) RLIKE {literal})"
+
+
+# --- Python row operations ------------------------------------------------------------------
+
+
+class _Tables:
+    """Anchored regexes over ``db.table``, with a per-table answer cache."""
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        self._regex = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+        self._cache: dict[tuple[str, str], bool] = {}
+
+    def __call__(self, change: Change) -> bool:
+        if self._regex is None:
+            return True
+        db, table = change["database"], change["table"]
+        hit = self._cache.get((db, table))
+        if hit is None:
+            hit = self._cache[(db, table)] = self._regex.fullmatch(f"{db}.{table}") is not None
+        return hit
+
+
+def _per_table(tables: tuple[str, ...], edit: Callable[[Change], Change | None]) -> RowOp:
+    match = _Tables(tables)
+
+    def op(change: Change) -> Change | None:
+        if change["op"] == "ddl" or not match(change):
+            return change
+        return edit(change)
+
+    return op
+
+
+def _edit_images(images: tuple[str, ...], fn: Callable[[dict[str, Any]], None]) -> RowOp:
+    def edit(change: Change) -> Change:
+        for name in images:
+            image = change[name]
+            if image is not None:
+                fn(image)
+        return change
+
+    return edit
+
+
+def row_op(spec: TransformSpec, index: int = 0) -> RowOp:
+    """The Python function applying ``spec`` to one change (not for filters, which run
+    in SQL). ``index`` numbers the transform (names its computed helper columns)."""
+    if isinstance(spec, IncludeSpec):
+        keep = frozenset(spec.columns)
+
+        def include(image: dict[str, Any]) -> None:
+            for name in [n for n in image if n not in keep]:
+                del image[name]
+
+        return _per_table(spec.tables, _edit_images(("before", "after"), include))
+    if isinstance(spec, ExcludeSpec):
+        drop = tuple(spec.columns)
+
+        def exclude(image: dict[str, Any]) -> None:
+            for name in drop:
+                image.pop(name, None)
+
+        return _per_table(spec.tables, _edit_images(("before", "after"), exclude))
+    if isinstance(spec, RenameColumnsSpec):
+        mapping = dict(spec.mapping)
+
+        def rename(image: dict[str, Any]) -> None:
+            if any(n in mapping for n in image):
+                renamed = {mapping.get(n, n): v for n, v in image.items()}
+                image.clear()
+                image.update(renamed)
+
+        return _per_table(spec.tables, _edit_images(IMAGES, rename))
+    if isinstance(spec, MaskSpec):
+        masks = dict(spec.columns)
+
+        def mask(image: dict[str, Any]) -> None:
+            for name, rule in masks.items():
+                if name in image:
+                    image[name] = rule.apply(image[name])
+
+        return _per_table(spec.tables, _edit_images(IMAGES, mask))
+    if isinstance(spec, RenameDatabaseSpec):
+        databases = dict(spec.mapping)
+
+        def rename_db(change: Change) -> Change:
+            new = databases.get(change["database"])
+            if new is not None:
+                change["database"] = new
+            return change
+
+        return rename_db
+    if isinstance(spec, RenameTableSpec):
+        tables = {tuple(k.split(".", 1)): v for k, v in spec.mapping.items()}
+
+        def rename_table(change: Change) -> Change:
+            new = tables.get((change["database"], change["table"]))
+            if new is not None:
+                db, _, table = new.rpartition(".")
+                if db:
+                    change["database"] = db
+                change["table"] = table
+            return change
+
+        return rename_table
+    if isinstance(spec, ComputeSpec):
+        return _compute_merge(index, tuple(spec.columns), _Tables(spec.tables))
+    if isinstance(spec, RuleSpec):
+        return _per_table(spec.tables, spec.script.load())
+    raise TypeError(f"no row operation for {type(spec).__name__}")
+
+
+def _helper(index: int, column: int, image: str) -> str:
+    return f"{_HELPER}{index}_{column}_{image}"
+
+
+def _compute_merge(index: int, names: tuple[str, ...], match: _Tables) -> RowOp:
+    """Moves the helper columns of a computed-column transform into the images (helpers
+    are dropped from every change, merged only into matching tables' row changes)."""
+
+    def merge(change: Change) -> Change:
+        applies = change["op"] != "ddl" and match(change)
+        for image in ("before", "after"):
+            values = change[image]
+            for i, name in enumerate(names):
+                raw = change.pop(_helper(index, i, image), None)
+                if applies and values is not None:
+                    values[name] = orjson.loads(raw).get("v") if raw is not None else None
+        return change
+
+    return merge
+
+
+# --- applying to a DataFrame ------------------------------------------------------------------
+
+
+def apply_transforms(
+    df: DataFrame, specs: list[TransformSpec] | tuple[TransformSpec, ...]
+) -> DataFrame:
+    """``df`` (change rows) with ``specs`` applied in order; same schema as ``df``.
+
+    Lazy, like any DataFrame operation; works on batch and streaming DataFrames. Errors in
+    rules and transforms surface when the query runs, as :class:`RuleError` text.
+    """
+    from pyspark.sql import functions as F
+
+    columns = list(df.columns)
+    pending: list[tuple[int, TransformSpec]] = []
+    for index, spec in enumerate(specs):
+        if isinstance(spec, FilterSpec):
+            df = _python_pass(df, pending, columns)
+            pending = []
+            predicate = image_sql(spec.where)
+            df = df.where(
+                f"`op` = 'ddl' OR NOT {_tables_sql(spec.tables)} OR coalesce(({predicate}), false)"
+            )
+            continue
+        if isinstance(spec, ComputeSpec):
+            df = _python_pass(df, pending, columns)
+            pending = []
+            for i, expression in enumerate(spec.columns.values()):
+                for image in ("before", "after"):
+                    value = image_sql(expression, row_image=image)
+                    df = df.withColumn(
+                        _helper(index, i, image),
+                        F.expr(
+                            f"CASE WHEN `{image}` IS NULL THEN NULL "
+                            f"ELSE to_json(named_struct('v', {value})) END"
+                        ),
+                    )
+        pending.append((index, spec))
+    return _python_pass(df, pending, columns)
+
+
+def _python_pass(
+    df: DataFrame, pending: list[tuple[int, TransformSpec]], columns: list[str]
+) -> DataFrame:
+    if not pending:
+        return df
+    from pyspark.sql.types import StructType
+
+    out_schema = StructType([f for f in df.schema.fields if f.name in columns])
+    with warnings.catch_warnings():
+        # PySpark 4.3 warns that pandas 3 is "not fully supported" even for mapInArrow,
+        # which does not use pandas.
+        warnings.simplefilter("ignore", FutureWarning)
+        return df.mapInArrow(_RowPass(tuple(pending), tuple(columns)), out_schema)
+
+
+class _RowPass:
+    """The ``mapInArrow`` function of a run of Python transforms (picklable; the row
+    operations are built on the executor, once per task)."""
+
+    def __init__(self, specs: tuple[tuple[int, TransformSpec], ...], columns: tuple[str, ...]):
+        self.specs = specs
+        self.columns = columns
+
+    def __call__(self, batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
+        import pyarrow as pa
+
+        ops = [row_op(spec, index) for index, spec in self.specs]
+        schema: pa.Schema | None = None
+        for batch in batches:
+            if schema is None:
+                schema = pa.schema([batch.schema.field(name) for name in self.columns])
+            out = []
+            for row in batch.to_pylist():
+                change = _run(ops, _parse(row))
+                if change is not None:
+                    out.append(_dump(change))
+            yield pa.RecordBatch.from_pylist(out, schema=schema)
+
+
+def _parse(row: dict[str, Any]) -> Change:
+    for name in IMAGES:
+        text = row[name]
+        if text is not None:
+            row[name] = orjson.loads(text)
+    return row
+
+
+def _dump(change: Change) -> Change:
+    for name in IMAGES:
+        image = change[name]
+        if image is not None:
+            change[name] = orjson.dumps(image).decode()
+    return change
+
+
+def _run(ops: list[RowOp], change: Change) -> Change | None:
+    current: Change | None = change
+    for op in ops:
+        try:
+            current = op(current)  # type: ignore[arg-type]
+        except RuleError:
+            raise
+        except Exception as e:
+            raise RuleError(
+                f"transform failed on {position_text(change)}: {type(e).__name__}: {e}"
+            ) from e
+        if current is None:
+            return None
+    return current
