@@ -1,0 +1,424 @@
+"""Configuration of a Spark pipeline: one YAML file, loaded into frozen dataclasses.
+
+Parsed with the reader configuration's helpers (:mod:`headwater.config`): every value keeps
+the line it was written on, and every problem raises
+:class:`~headwater.errors.ConfigError` naming the file, that line and the dotted field
+(``transforms[2].mask.email.keep_last``). Unknown fields are errors. Relative paths
+(``checkpoint``, ``source.path``, rule files, salt files) are relative to the directory of
+the configuration file. Salts are read here and never appear in a message or ``repr``.
+
+The format is documented in docs/configuration.md ("Pipeline").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from headwater.config import (
+    _Ctx,
+    _float,
+    _int,
+    _mapping,
+    _path,
+    _str,
+    _str_list,
+)
+from headwater.errors import ConfigError
+from headwater.spark.rules import RuleError, load_rule_script
+from headwater.spark.transforms import (
+    ComputeSpec,
+    ExcludeSpec,
+    FilterSpec,
+    IncludeSpec,
+    MaskRule,
+    MaskSpec,
+    RenameColumnsSpec,
+    RenameDatabaseSpec,
+    RenameTableSpec,
+    RuleSpec,
+    TransformSpec,
+    image_sql,
+)
+
+__all__ = [
+    "PipelineConfig",
+    "SinkConfig",
+    "SourceConfig",
+    "load_pipeline_config",
+    "parse_pipeline_config",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_IDENT = re.compile(r"^[A-Za-z0-9_$]+$")
+_KINDS = (
+    "filter",
+    "include",
+    "exclude",
+    "rename_database",
+    "rename_table",
+    "rename_columns",
+    "compute",
+    "mask",
+    "rule",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    """The change stream: a reader task directory (``path``) or a server and task name,
+    plus the Spark source options (strings, as Spark passes them)."""
+
+    options: tuple[tuple[str, str], ...]
+    schema_file: Path | None = None
+
+    def option_map(self) -> dict[str, str]:
+        return dict(self.options)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkConfig:
+    """One sink: its ``type`` and its fields as plain values (checked by the sink's factory
+    in :mod:`headwater.spark.runner`); ``line`` is where it is in the file."""
+
+    type: str
+    fields: tuple[tuple[str, Any], ...] = field(repr=False)
+    line: int = 0
+    path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    """A whole pipeline: source, transforms in order, sinks, checkpoint, Spark settings."""
+
+    name: str
+    source: SourceConfig
+    checkpoint: Path
+    sinks: tuple[SinkConfig, ...]
+    transforms: tuple[TransformSpec, ...] = ()
+    master: str = "local[2]"
+    spark_conf: tuple[tuple[str, str], ...] = ()
+    trigger_s: float = 0.0
+    progress_s: float = 10.0
+    file: str = "<config>"
+
+
+def load_pipeline_config(
+    path: str | os.PathLike[str], env: dict[str, str] | None = None
+) -> PipelineConfig:
+    """Load and validate a pipeline configuration file (see the module docstring)."""
+    file = os.fspath(path)
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read the configuration: {e.strerror}", file=file) from None
+    return parse_pipeline_config(text, file=file, base=Path(file).resolve().parent, env=env)
+
+
+_TOP = {"name", "source", "checkpoint", "transforms", "sinks", "spark", "trigger", "progress"}
+
+
+def parse_pipeline_config(
+    text: str,
+    *,
+    file: str = "<config>",
+    base: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> PipelineConfig:
+    """Validate configuration text; ``base`` anchors relative paths (default: cwd)."""
+    ctx = _Ctx(file, base or Path.cwd(), dict(os.environ) if env is None else env)
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"not valid YAML: {problem}", file=file, line=line) from None
+    if root is None:
+        raise ConfigError("the configuration is empty", file=file, line=1)
+    f = _mapping(ctx, root, "", _TOP, required={"name", "source", "checkpoint", "sinks"})
+    name = _str(ctx, f["name"], "name")
+    if not _NAME.match(name):
+        raise ctx.error(f["name"], "name", "must be 1-64 letters, digits, '_', '.' or '-'")
+    kw: dict[str, Any] = {}
+    if "transforms" in f:
+        kw["transforms"] = _transforms(ctx, f["transforms"], "transforms")
+    if "spark" in f:
+        sf = _mapping(ctx, f["spark"], "spark", {"master", "conf"})
+        if "master" in sf:
+            kw["master"] = _str(ctx, sf["master"], "spark.master")
+        if "conf" in sf:
+            kw["spark_conf"] = tuple(_string_map(ctx, sf["conf"], "spark.conf").items())
+    if "trigger" in f:
+        kw["trigger_s"] = _float(ctx, f["trigger"], "trigger", 0, 86400)
+    if "progress" in f:
+        kw["progress_s"] = _float(ctx, f["progress"], "progress", 0.1, 86400)
+    sinks_node = f["sinks"]
+    if not isinstance(sinks_node, yaml.SequenceNode) or not sinks_node.value:
+        raise ctx.error(sinks_node, "sinks", "must be a non-empty list of sinks")
+    sinks = tuple(_sink(ctx, n, f"sinks[{i}]") for i, n in enumerate(sinks_node.value))
+    return PipelineConfig(
+        name=name,
+        source=_source(ctx, f["source"], "source"),
+        checkpoint=_path(ctx, f["checkpoint"], "checkpoint"),
+        sinks=sinks,
+        file=file,
+        **kw,
+    )
+
+
+# --- source and sinks -----------------------------------------------------------------------
+
+_SOURCE = {
+    "path",
+    "server",
+    "task",
+    "tables",
+    "starting_position",
+    "max_rows_per_trigger",
+    "partitions",
+    "options",
+}
+
+
+def _source(ctx: _Ctx, node: yaml.Node, path: str) -> SourceConfig:
+    f = _mapping(ctx, node, path, _SOURCE)
+    if ("path" in f) == ("server" in f):
+        raise ctx.error(node, path, "give either path (a reader task directory) or server + task")
+    options: dict[str, str] = {}
+    lines: dict[str, yaml.Node] = {}
+    schema_file = None
+    if "path" in f:
+        task_dir = _path(ctx, f["path"], f"{path}.path")
+        options["path"] = str(task_dir)
+        schema_file = task_dir / "schema.jsonl"
+        lines["path"] = f["path"]
+    else:
+        if "task" not in f:
+            raise ctx.error(node, f"{path}.task", "missing: server needs the task's name")
+        options["server"] = _str(ctx, f["server"], f"{path}.server")
+        lines["server"] = f["server"]
+    if "task" in f:
+        options["task"] = _str(ctx, f["task"], f"{path}.task")
+        lines["task"] = f["task"]
+    if "tables" in f:
+        options["tables"] = ",".join(t for t, _ in _str_list(ctx, f["tables"], f"{path}.tables"))
+        lines["tables"] = f["tables"]
+    if "starting_position" in f:
+        options["startingPosition"] = _str(ctx, f["starting_position"], f"{path}.starting_position")
+        lines["startingPosition"] = f["starting_position"]
+    if "max_rows_per_trigger" in f:
+        n = _int(ctx, f["max_rows_per_trigger"], f"{path}.max_rows_per_trigger", 1, 2**31)
+        options["maxRowsPerTrigger"] = str(n)
+        lines["maxRowsPerTrigger"] = f["max_rows_per_trigger"]
+    if "partitions" in f:
+        options["partitions"] = str(_int(ctx, f["partitions"], f"{path}.partitions", 1, 4096))
+        lines["partitions"] = f["partitions"]
+    if "options" in f:
+        for key, value in _string_map(ctx, f["options"], f"{path}.options").items():
+            options[key] = value
+            lines[key] = f["options"]
+    _check_source_options(ctx, options, lines, node, path)
+    return SourceConfig(tuple(options.items()), schema_file)
+
+
+def _check_source_options(
+    ctx: _Ctx, options: dict[str, str], lines: dict[str, yaml.Node], node: yaml.Node, path: str
+) -> None:
+    """Validate with the source's own option parser, so errors point at this file."""
+    from headwater.spark.offsets import parse_options
+
+    try:
+        parse_options(options)
+    except ConfigError as e:
+        name = (e.field or "").lower()
+        where = next((n for k, n in lines.items() if k.lower() == name), node)
+        message = str(e).split(": ", 1)[-1] if e.field else str(e)
+        raise ctx.error(where, f"{path} ({e.field})" if e.field else path, message) from None
+
+
+def _sink(ctx: _Ctx, node: yaml.Node, path: str) -> SinkConfig:
+    if not isinstance(node, yaml.MappingNode):
+        raise ctx.error(node, path, "must be a mapping with type: and the sink's fields")
+    fields: dict[str, Any] = {}
+    kind = None
+    for key_node, value_node in node.value:
+        key = str(key_node.value)
+        if key in fields or (key == "type" and kind is not None):
+            raise ctx.error(key_node, f"{path}.{key}", "given twice")
+        if key == "type":
+            kind = _str(ctx, value_node, f"{path}.type")
+            continue
+        fields[key] = _plain(ctx, value_node, f"{path}.{key}")
+    if kind is None:
+        raise ctx.error(node, f"{path}.type", "missing (required)")
+    return SinkConfig(kind, tuple(fields.items()), node.start_mark.line + 1, path)
+
+
+def _plain(ctx: _Ctx, node: yaml.Node, path: str) -> Any:
+    """A YAML node as plain Python values (sink fields; types checked by the sink)."""
+    if isinstance(node, yaml.ScalarNode):
+        return yaml.safe_load(yaml.serialize(node))
+    if isinstance(node, yaml.SequenceNode):
+        return [_plain(ctx, n, f"{path}[{i}]") for i, n in enumerate(node.value)]
+    if isinstance(node, yaml.MappingNode):
+        return {str(k.value): _plain(ctx, v, f"{path}.{k.value}") for k, v in node.value}
+    raise ctx.error(node, path, "unsupported value")
+
+
+def _string_map(ctx: _Ctx, node: yaml.Node, path: str) -> dict[str, str]:
+    if not isinstance(node, yaml.MappingNode):
+        raise ctx.error(node, path, "must be a mapping of name: value")
+    out: dict[str, str] = {}
+    for key_node, value_node in node.value:
+        key = str(key_node.value)
+        if not isinstance(value_node, yaml.ScalarNode) or value_node.value == "":
+            raise ctx.error(value_node, f"{path}.{key}", "must be a non-empty scalar")
+        out[key] = str(value_node.value)
+    return out
+
+
+# --- transforms -----------------------------------------------------------------------------
+
+
+def _transforms(ctx: _Ctx, node: yaml.Node, path: str) -> tuple[TransformSpec, ...]:
+    if not isinstance(node, yaml.SequenceNode):
+        raise ctx.error(node, path, "must be a list of transforms")
+    return tuple(_transform(ctx, n, f"{path}[{i}]") for i, n in enumerate(node.value))
+
+
+def _transform(ctx: _Ctx, node: yaml.Node, path: str) -> TransformSpec:
+    f = _mapping(ctx, node, path, {"tables", *_KINDS})
+    kinds = [k for k in _KINDS if k in f]
+    if len(kinds) != 1:
+        raise ctx.error(
+            node, path, f"give exactly one of {', '.join(_KINDS)} (and optionally tables)"
+        )
+    kind = kinds[0]
+    value, where = f[kind], f"{path}.{kind}"
+    tables = _tables(ctx, f["tables"], f"{path}.tables") if "tables" in f else ()
+    if kind in ("rename_database", "rename_table") and "tables" in f:
+        raise ctx.error(f["tables"], f"{path}.tables", f"{kind} names its tables itself")
+    if kind == "filter":
+        where_sql = _str(ctx, value, where)
+        _check_sql(ctx, value, where, where_sql, None)
+        return FilterSpec(where_sql, tables)
+    if kind in ("include", "exclude"):
+        columns = tuple(c for c, _ in _str_list(ctx, value, where))
+        if not columns:
+            raise ctx.error(value, where, "must list at least one column")
+        return (IncludeSpec if kind == "include" else ExcludeSpec)(columns, tables)
+    if kind == "rename_database":
+        mapping = _string_map(ctx, value, where)
+        for old, new in mapping.items():
+            if not (_IDENT.match(old) and _IDENT.match(new)):
+                raise ctx.error(value, f"{where}.{old}", "database names are plain identifiers")
+        return RenameDatabaseSpec(mapping)
+    if kind == "rename_table":
+        mapping = _string_map(ctx, value, where)
+        for old, new in mapping.items():
+            if old.count(".") != 1 or new.count(".") > 1:
+                raise ctx.error(
+                    value, f"{where}.{old}", "expected db.table: table (or db.table: db2.table2)"
+                )
+        return RenameTableSpec(mapping)
+    if kind == "rename_columns":
+        return RenameColumnsSpec(_string_map(ctx, value, where), tables)
+    if kind == "compute":
+        computed = _string_map(ctx, value, where)
+        for name, expression in computed.items():
+            _check_sql(ctx, value, f"{where}.{name}", expression, "after")
+        return ComputeSpec(computed, tables)
+    if kind == "mask":
+        return _mask(ctx, value, where, tables)
+    script_path = _path(ctx, value, where)
+    try:
+        script = load_rule_script(script_path)
+    except OSError as e:
+        raise ctx.error(value, where, f"cannot read {script_path}: {e.strerror}") from None
+    except RuleError as e:
+        raise ctx.error(value, where, str(e)) from None
+    return RuleSpec(script, tables)
+
+
+def _tables(ctx: _Ctx, node: yaml.Node, path: str) -> tuple[str, ...]:
+    out = []
+    for i, (text, item) in enumerate(_str_list(ctx, node, path)):
+        try:
+            re.compile(text)
+        except re.error as e:
+            raise ctx.error(item, f"{path}[{i}]", f"bad regular expression {text!r}: {e}") from None
+        out.append(text)
+    return tuple(out)
+
+
+def _check_sql(
+    ctx: _Ctx, node: yaml.Node, path: str, expression: str, row_image: str | None
+) -> None:
+    """Syntax only (Spark checks names when the query is planned)."""
+    try:
+        image_sql(expression, row_image)
+    except ValueError as e:
+        raise ctx.error(node, path, str(e)) from None
+
+
+_MASK_KINDS = ("fixed", "keep_first", "keep_last", "hash")
+
+
+def _mask(ctx: _Ctx, node: yaml.Node, path: str, tables: tuple[str, ...]) -> MaskSpec:
+    if not isinstance(node, yaml.MappingNode) or not node.value:
+        raise ctx.error(node, path, "must map column names to mask rules")
+    rules: dict[str, MaskRule] = {}
+    for key_node, value_node in node.value:
+        column = str(key_node.value)
+        where = f"{path}.{column}"
+        f = _mapping(ctx, value_node, where, {*_MASK_KINDS, "char", "salt_file", "salt_env"})
+        kinds = [k for k in _MASK_KINDS if k in f]
+        if len(kinds) != 1:
+            raise ctx.error(value_node, where, f"give exactly one of {', '.join(_MASK_KINDS)}")
+        kind = kinds[0]
+        extra = [k for k in ("salt_file", "salt_env") if k in f]
+        if extra and kind != "hash":
+            raise ctx.error(f[extra[0]], f"{where}.{extra[0]}", "only for hash")
+        if "char" in f and kind not in ("keep_first", "keep_last"):
+            raise ctx.error(f["char"], f"{where}.char", "only for keep_first and keep_last")
+        if kind == "fixed":
+            rules[column] = MaskRule("fixed", text=str(f["fixed"].value))
+        elif kind == "hash":
+            algorithm = _str(ctx, f["hash"], f"{where}.hash")
+            if algorithm.lower() not in ("sha256", "sha-256"):
+                raise ctx.error(f["hash"], f"{where}.hash", "only sha256 is supported")
+            rules[column] = MaskRule("hash", salt=_salt(ctx, f, where))
+        else:
+            n = _int(ctx, f[kind], f"{where}.{kind}", 0, 1 << 20)
+            char = str(f["char"].value) if "char" in f else "*"
+            if len(char) != 1:
+                raise ctx.error(f["char"], f"{where}.char", "must be one character")
+            rules[column] = MaskRule(kind, n=n, char=char)
+    return MaskSpec(rules, tables)
+
+
+def _salt(ctx: _Ctx, f: dict[str, yaml.Node], path: str) -> bytes:
+    if "salt_file" in f and "salt_env" in f:
+        raise ctx.error(f["salt_env"], f"{path}.salt_env", "give salt_file or salt_env, not both")
+    if "salt_file" in f:
+        p = _path(ctx, f["salt_file"], f"{path}.salt_file")
+        try:
+            return p.read_bytes().rstrip(b"\r\n")
+        except OSError as e:
+            raise ctx.error(
+                f["salt_file"], f"{path}.salt_file", f"cannot read {p}: {e.strerror}"
+            ) from None
+    if "salt_env" in f:
+        var = _str(ctx, f["salt_env"], f"{path}.salt_env")
+        if var not in ctx.env:
+            raise ctx.error(
+                f["salt_env"], f"{path}.salt_env", f"environment variable {var} is not set"
+            )
+        return ctx.env[var].encode()
+    return b""
