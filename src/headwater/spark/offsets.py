@@ -1,0 +1,330 @@
+"""Options and offsets of the ``headwater`` Spark source (pure: no Spark, no I/O).
+
+Options arrive as strings (Spark's contract); :func:`parse_options` turns them into one
+frozen :class:`SourceOptions` or raises :class:`~headwater.errors.ConfigError` whose
+``field`` is the option's name. Option names are case-insensitive, as Spark's are.
+
+An offset is a place in the change log: the next change to deliver is change ``row``
+(0-based, among ``decode_record(record, want=tables)``) of store record ``seq``; the same
+``(seq, row)`` pair as the HTTP API's checkpoint, so a change row's ``sequence`` is
+``seq << 24 | row``. As a Spark offset it is the JSON dict::
+
+    {"seq": 43, "row": 0, "last_position": "0:3:1234:0"}
+
+``last_position`` (the :class:`~headwater.position.Position` text of the last record read
+before the offset) is for people reading a checkpoint; only ``seq`` and ``row`` count.
+Offsets compare by ``(seq, row)``. Invariant: an offset never points beyond the log's
+acknowledged end, so every offset Spark journals is reproducible from the log while the
+log retains it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from headwater.errors import ConfigError
+from headwater.position import BinlogCoordinate, Position, binlog_file_number, parse_gtid_set
+from headwater.store import EARLIEST, LATEST, AtSeq, AtTime, Start
+
+__all__ = [
+    "DEFAULT_PARTITIONS",
+    "LogOffset",
+    "SourceOptions",
+    "TableMatcher",
+    "parse_options",
+    "parse_start",
+    "start_request",
+]
+
+#: Input partitions per micro-batch (or batch read) when the ``partitions`` option is unset.
+DEFAULT_PARTITIONS = 4
+
+_KNOWN = {
+    "server",
+    "task",
+    "path",
+    "token",
+    "tables",
+    "ddl",
+    "source",
+    "startingposition",
+    "endingposition",
+    "maxrowspertrigger",
+    "maxbytespertrigger",
+    "partitions",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TableMatcher:
+    """The ``tables`` option: ``db.table`` and ``db.*`` patterns (None: every table).
+
+    Matching is exact and case-sensitive, as the server's filter is. DDL is not filtered by
+    table (a record without tables, such as DDL, always passes :meth:`record_wanted`).
+    """
+
+    patterns: tuple[str, ...] | None = None
+
+    def __call__(self, database: str, table: str) -> bool:
+        if self.patterns is None:
+            return True
+        for pattern in self.patterns:
+            db, _dot, tbl = pattern.partition(".")
+            if db == database and (tbl in ("*", table)):
+                return True
+        return False
+
+    def record_wanted(self, tables: tuple[tuple[str, int], ...]) -> bool:
+        """Whether a store record (by its header's table list) may hold wanted changes."""
+        if self.patterns is None or not tables:
+            return True
+        return any(self(*name.split(".", 1)) for name, _rows in tables if "." in name)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """What the source reads, parsed from the string options (see docs/formats.md).
+
+    Exactly one of ``path`` (a reader task directory) or ``server`` (base URL) is set;
+    ``task`` names the reader task (for ``path`` the directory's name by default).
+    ``ending`` is only for batch reads (exclusive: the first record at or after it is not
+    read; None: the log's end when the read is planned).
+    """
+
+    task: str
+    path: str | None = None
+    server: str | None = None
+    token: str | None = None
+    tables: TableMatcher = TableMatcher()
+    ddl: bool = True
+    source: str = ""
+    starting: Start = EARLIEST
+    ending: Start | None = None
+    max_rows: int | None = None
+    max_bytes: int | None = None
+    partitions: int = DEFAULT_PARTITIONS
+
+    @property
+    def source_name(self) -> str:
+        return self.source or self.task
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    text = options.get(name.lower())
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ConfigError(f"expected a positive integer, got {text!r}", field=name) from None
+    if value <= 0:
+        raise ConfigError(f"expected a positive integer, got {text!r}", field=name)
+    return value
+
+
+def _tables(text: str | None) -> TableMatcher:
+    if text is None:
+        return TableMatcher()
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
+        raise ConfigError("expected a comma list of 'db.table' or 'db.*'", field="tables")
+    for name in names:
+        db, dot, tbl = name.partition(".")
+        if not dot or not db or not tbl or "." in tbl:
+            raise ConfigError(f"expected 'db.table' or 'db.*', got {name!r}", field="tables")
+    return TableMatcher(names)
+
+
+def _timestamp_us(text: str, field: str) -> int:
+    if text.isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            f"expected timestamp:<ISO 8601> or timestamp:<microseconds>, got {text!r}",
+            field=field,
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _position_json(text: str, field: str) -> Position:
+    try:
+        doc = orjson.loads(text)
+        if not isinstance(doc, dict):
+            raise TypeError("not an object")
+        extra = set(doc) - {"change_id", "file", "file_num", "offset", "event", "event_index"}
+        if extra:
+            raise TypeError(f"unknown keys {sorted(extra)}")
+        values = (
+            doc["change_id"],
+            doc.get("file", doc.get("file_num")),
+            doc["offset"],
+            doc.get("event", doc.get("event_index", 0)),
+        )
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+            raise TypeError("change_id, file, offset and event must be integers >= 0")
+        return Position(*values)
+    except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+        raise ConfigError(
+            f'expected a position object {{"change_id", "file", "offset", "event"}}: {e}',
+            field=field,
+        ) from None
+
+
+def parse_start(text: str, field: str = "startingPosition") -> Start:
+    """A start (or end) point option as a store :data:`~headwater.store.Start`.
+
+    ``earliest``; ``latest``; ``seq:<n>``; ``timestamp:<ISO 8601 or microseconds>`` (naive
+    times are UTC); ``gtid:<set>`` (MySQL ``uuid:1-n,...`` or MariaDB
+    ``domain-server-seq,...``: the first record whose GTID is not in it);
+    ``position:<change_id:file:offset[:event]>`` or a Position JSON object; else
+    ``<binlog file>:<offset>`` (``mysql-bin.000003:1234``: the first record at or after
+    that coordinate, of change id 0, the first source server).
+    """
+    value = text.strip()
+    low = value.lower()
+    if low in (EARLIEST, LATEST):
+        return EARLIEST if low == EARLIEST else LATEST
+    kind, colon, rest = value.partition(":")
+    kind = kind.lower()
+    try:
+        if colon and kind == "seq":
+            seq = int(rest)
+            if seq < 1:
+                raise ValueError("seq starts at 1")
+            return AtSeq(seq)
+        if colon and kind == "timestamp":
+            return AtTime(_timestamp_us(rest.strip(), field))
+        if colon and kind == "gtid":
+            return parse_gtid_set(rest)
+        if colon and kind == "position":
+            return Position.parse(rest.strip())
+        if value.startswith("{"):
+            return _position_json(value, field)
+        if colon:
+            coordinate = BinlogCoordinate.parse(value)
+            return Position(0, binlog_file_number(coordinate.file), coordinate.offset, 0)
+    except ValueError as e:
+        raise ConfigError(f"{value!r}: {e}", field=field) from None
+    raise ConfigError(
+        f"unknown position {value!r} (earliest, latest, seq:N, timestamp:T, gtid:SET, "
+        "position:C:F:O[:E], FILE:OFFSET or a position JSON object)",
+        field=field,
+    )
+
+
+def start_request(start: Start) -> Any:
+    """``start`` as the ``start`` field of the HTTP API's ``/v1/subscribe``."""
+    if start in (EARLIEST, LATEST):
+        return start
+    if isinstance(start, AtSeq):
+        return {"seq": start.seq}
+    if isinstance(start, AtTime):
+        return {"timestamp_us": start.ts_us}
+    if isinstance(start, Position):
+        return {"position": str(start)}
+    return {"gtid_set": str(start)}
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    low = str(text).strip().lower()
+    if low not in ("true", "false"):
+        raise ConfigError(f"expected true or false, got {text!r}", field=name)
+    return low == "true"
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    """Parse the source's options (keys case-insensitive; see the module docstring)."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    unknown = sorted(set(opts) - _KNOWN)
+    if unknown:
+        raise ConfigError(f"unknown option (known: {', '.join(sorted(_KNOWN))})", field=unknown[0])
+    path = opts.get("path")
+    server = opts.get("server")
+    task = opts.get("task")
+    if (path is None) == (server is None):
+        raise ConfigError("give exactly one of 'path' (a task directory) or 'server'", field="path")
+    if server is not None:
+        if not server.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"expected an http:// or https:// URL, got {server!r}", field="server"
+            )
+        if not task:
+            raise ConfigError("is required with 'server'", field="task")
+        server = server.rstrip("/")
+    else:
+        assert path is not None
+        if not path:
+            raise ConfigError("is empty", field="path")
+        task = task or os.path.basename(os.path.normpath(path))
+    assert task is not None
+    starting = parse_start(opts.get("startingposition", EARLIEST), "startingPosition")
+    ending_text = opts.get("endingposition")
+    ending = None
+    if ending_text is not None and ending_text.strip().lower() != LATEST:
+        ending = parse_start(ending_text, "endingPosition")
+    return SourceOptions(
+        task=task,
+        path=path,
+        server=server,
+        token=opts.get("token"),
+        tables=_tables(opts.get("tables")),
+        ddl=_bool(opts, "ddl", True),
+        source=opts.get("source", ""),
+        starting=starting,
+        ending=ending,
+        max_rows=_positive(opts, "maxRowsPerTrigger"),
+        max_bytes=_positive(opts, "maxBytesPerTrigger"),
+        partitions=_positive(opts, "partitions") or DEFAULT_PARTITIONS,
+    )
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class LogOffset:
+    """A Spark offset: the next change is change ``row`` of record ``seq`` (module docstring).
+
+    Ordered by ``(seq, row)``; ``last_position`` does not take part in comparisons.
+    """
+
+    seq: int
+    row: int = 0
+    last_position: Position | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.seq < 1 or self.row < 0 or self.row >= 1 << 24:
+            raise ValueError(f"bad offset seq={self.seq} row={self.row}")
+
+    def key(self) -> tuple[int, int]:
+        return (self.seq, self.row)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"seq": self.seq, "row": self.row}
+        if self.last_position is not None:
+            out["last_position"] = str(self.last_position)
+        return out
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> LogOffset:
+        """Parse an offset Spark journaled; a bad one raises ConfigError (field ``offset``)."""
+        try:
+            seq, row = doc["seq"], doc.get("row", 0)
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (seq, row)):
+                raise TypeError("seq and row must be integers")
+            text = doc.get("last_position")
+            last = None if text is None else Position.parse(str(text))
+            return cls(seq, row, last)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ConfigError(f"not a headwater offset: {doc!r} ({e})", field="offset") from None

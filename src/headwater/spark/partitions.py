@@ -1,0 +1,196 @@
+"""Slicing the change log into input partitions, and decoding slices on executors.
+
+Planning (driver). A batch or micro-batch is the changes from offset ``start`` up to, not
+including, offset ``end`` (offsets.py: ``(seq, row)`` pairs). :func:`scan_batch` walks the
+records of that range once, reading their headers and payload sizes (never decoding
+unless a row limit needs counting) and, with read limits, picks ``end``:
+``maxBytesPerTrigger`` counts record payload bytes (whole records; the first record is
+always taken, so a batch moves forward); ``maxRowsPerTrigger`` counts change rows, which
+are only known by decoding, so with it the driver decodes the batch's records once more
+to count (the cut may fall inside a record: ``end.row > 0``). :func:`plan_slices` then cuts
+``[start, end)`` into at most ``partitions`` contiguous :class:`LogSlice` s of about equal
+payload bytes, cut at record boundaries.
+
+Reading (executors). :func:`read_slice` opens its own log (task directory or HTTP
+connection), reads the slice's records one at a time, decodes each with
+:func:`headwater.changes.decode_record` and yields ``pyarrow.RecordBatch`` es of the change
+schema (:func:`headwater.spark.schema.change_arrow_schema`) of at most
+:data:`BATCH_ROWS` rows. Memory is one record plus one batch: a large transaction is
+stored as chunk records and a slice boundary may fall between its chunks (or inside one,
+at a row); every row carries ``sequence`` (``seq << 24 | row``) and its position, so order
+across slices is recoverable.
+
+Invariants: slices of one batch are disjoint, contiguous and cover exactly ``[start,
+end)``; a change is in the slice whose range holds its ``(seq, row)``; slices are small
+picklable values (options and two offsets) holding no open handle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import InputPartition
+
+from headwater.changes import ChangeRow, decode_record
+from headwater.position import Position
+from headwater.spark.logaccess import LocalLog, open_log
+from headwater.spark.offsets import LogOffset, SourceOptions
+from headwater.spark.schema import change_arrow_schema, change_row_values
+from headwater.store import Record
+
+if TYPE_CHECKING:
+    import pyarrow
+
+    from headwater.spark.logaccess import HttpLog
+
+__all__ = ["BATCH_ROWS", "LogSlice", "Scan", "plan_slices", "read_slice", "scan_batch"]
+
+#: Rows per Arrow record batch yielded by :func:`read_slice`.
+BATCH_ROWS = 4096
+
+
+class LogSlice(InputPartition):  # type: ignore[misc]  # pyspark is untyped
+    """One input partition: the changes from ``lo`` up to, not including, ``hi``.
+
+    ``lo``/``hi`` are ``(seq, row)``; ``index`` is the slice's place in its batch.
+    """
+
+    def __init__(
+        self, options: SourceOptions, index: int, lo: tuple[int, int], hi: tuple[int, int]
+    ) -> None:
+        super().__init__((lo, hi))
+        self.options = options
+        self.index = index
+        self.lo = lo
+        self.hi = hi
+
+
+@dataclass(slots=True)
+class Scan:
+    """What :func:`scan_batch` found: the batch's end, and the payload size of each wanted
+    record in ``[start, end)`` (``(seq, bytes)``, in order) for balancing slices."""
+
+    end: LogOffset
+    sizes: list[tuple[int, int]]
+
+
+def changes_of(
+    record: Record, options: SourceOptions, log: LocalLog | HttpLog
+) -> list[ChangeRow]:
+    """The record's changes, indexed as offsets count them (before the ``ddl`` option)."""
+    want = None if options.tables.patterns is None else options.tables
+    return decode_record(
+        record, source=options.source_name, fde=log.fde, schema=log.schema, want=want
+    )
+
+
+def _emitted(
+    changes: Sequence[ChangeRow], options: SourceOptions, lo: int, hi: int | None = None
+) -> list[int]:
+    """Indexes in ``[lo, hi)`` of the changes the source delivers (the ``ddl`` option)."""
+    stop = len(changes) if hi is None else min(hi, len(changes))
+    return [i for i in range(lo, stop) if options.ddl or changes[i].op != "ddl"]
+
+
+def scan_batch(
+    log: LocalLog | HttpLog,
+    options: SourceOptions,
+    start: LogOffset,
+    target: int,
+    *,
+    max_rows: int | None = None,
+    max_bytes: int | None = None,
+) -> Scan:
+    """Walk ``[start, target)`` (``target`` a record seq) and choose the batch's end.
+
+    Without limits the end is ``(target, 0)``. With them the batch stops before the record
+    that would exceed ``max_bytes`` (never before the first) or at the row that would
+    exceed ``max_rows`` (at least one row is taken when there is one). An end equal to
+    ``start`` means no new data. Raises what the log raises (PositionNotRetainedError).
+    """
+    sizes: list[tuple[int, int]] = []
+    if start.seq >= target:
+        return Scan(start, sizes)
+    rows = nbytes = 0
+    last: Position | None = start.last_position
+    for rec in log.records(start.seq, target):
+        if not options.tables.record_wanted(rec.tables):
+            last = rec.position
+            continue
+        size = len(rec.payload)
+        if max_bytes is not None and sizes and nbytes + size > max_bytes:
+            return Scan(LogOffset(rec.seq, 0, last), sizes)
+        if max_rows is not None:
+            first = start.row if rec.seq == start.seq else 0
+            emitted = _emitted(changes_of(rec, options, log), options, first)
+            room = max_rows - rows
+            if len(emitted) > room:
+                sizes.append((rec.seq, size))
+                return Scan(LogOffset(rec.seq, emitted[room], rec.position), sizes)
+            rows += len(emitted)
+        sizes.append((rec.seq, size))
+        nbytes += size
+        last = rec.position
+    return Scan(LogOffset(target, 0, last), sizes)
+
+
+def plan_slices(
+    options: SourceOptions,
+    start: LogOffset,
+    end: LogOffset,
+    sizes: Sequence[tuple[int, int]],
+    count: int,
+) -> list[LogSlice]:
+    """Cut ``[start, end)`` into at most ``count`` slices of about equal payload bytes.
+
+    ``sizes`` are the wanted records of the range (:class:`Scan`); cuts fall at record
+    starts strictly inside the range. No wanted record: no slice (nothing to read).
+    """
+    if start.key() >= end.key() or not sizes:
+        return []
+    total = sum(size for _seq, size in sizes)
+    cuts: list[tuple[int, int]] = []
+    acc = 0
+    for seq, size in sizes:
+        share = total * (len(cuts) + 1) / count
+        if acc >= share and len(cuts) < count - 1 and start.key() < (seq, 0) < end.key():
+            cuts.append((seq, 0))
+        acc += size
+    bounds = [start.key(), *cuts, end.key()]
+    return [LogSlice(options, i, bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+
+
+def _batch(rows: list[tuple[Any, ...]], schema: pyarrow.Schema) -> pyarrow.RecordBatch:
+    import pyarrow as pa
+
+    columns = list(zip(*rows, strict=True))
+    arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
+    """Decode one slice into Arrow record batches (runs on an executor; opens its own log)."""
+    options = part.options
+    (lo_seq, lo_row), (hi_seq, hi_row) = part.lo, part.hi
+    schema = change_arrow_schema()
+    log = open_log(options)
+    try:
+        rows: list[tuple[Any, ...]] = []
+        end = hi_seq + 1 if hi_row > 0 else hi_seq
+        for rec in log.records(lo_seq, end):
+            if not options.tables.record_wanted(rec.tables):
+                continue
+            changes = changes_of(rec, options, log)
+            first = lo_row if rec.seq == lo_seq else 0
+            stop = hi_row if rec.seq == hi_seq else None
+            for i in _emitted(changes, options, first, stop):
+                rows.append(change_row_values(changes[i]))
+                if len(rows) >= BATCH_ROWS:
+                    yield _batch(rows, schema)
+                    rows = []
+        if rows:
+            yield _batch(rows, schema)
+    finally:
+        log.close()

@@ -1,0 +1,205 @@
+"""The ``headwater`` PySpark data source (Python Data Source API, pinned to pyspark 4.3).
+
+::
+
+    spark.dataSource.register(HeadwaterDataSource)     # or headwater.spark.register(spark)
+    df = (spark.readStream.format("headwater")
+          .option("server", "http://127.0.0.1:8080").option("task", "orders")  # or "path"
+          .option("tables", "shop.*").option("maxRowsPerTrigger", "10000")
+          .load())
+
+Rows have the change schema of :mod:`headwater.spark.schema`. Options are in
+:mod:`headwater.spark.offsets` and docs/formats.md ("Spark source").
+
+Contracts (pyspark's ``datasource.py``): the :class:`DataSource` and its readers are
+pickled to Python workers; ``partitions``/``latestOffset`` run on the driver side,
+``read`` on executors and opens its own log or HTTP connection (partitions.py). The stream
+reader implements the 4.2+ ``latestOffset(start, limit)`` with admission control
+(``getDefaultReadLimit``: ``ReadMaxRows`` from ``maxRowsPerTrigger`` else ``ReadMaxBytes``
+from ``maxBytesPerTrigger``; whenever Spark passes a limit other than
+``ReadAllAvailable`` both option limits apply) and ``SupportsTriggerAvailableNow``:
+``prepareForTriggerAvailableNow`` fixes the log's end at that moment as the target, and
+later batches never pass it. ``commit`` does nothing: Spark's checkpoint location owns
+the consumer's progress (DESIGN.md decision 7) and the log's retention is the reader's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from headwater.spark.logaccess import HttpLog, LocalLog, open_log
+from headwater.spark.offsets import LogOffset, SourceOptions, parse_options
+from headwater.spark.partitions import LogSlice, plan_slices, read_slice, scan_batch
+from headwater.spark.schema import change_schema
+
+if TYPE_CHECKING:
+    import pyarrow
+    from pyspark.sql.types import StructType
+
+__all__ = ["HeadwaterDataSource", "HeadwaterReader", "HeadwaterStreamReader"]
+
+log = logging.getLogger(__name__)
+
+
+class HeadwaterDataSource(DataSource):  # type: ignore[misc]  # pyspark is untyped
+    """``format("headwater")``: batch and streaming reads of a reader task's change log."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = parse_options(options)  # bad options fail at load(), on the driver
+
+    @classmethod
+    def name(cls) -> str:
+        return "headwater"
+
+    def schema(self) -> StructType:
+        return change_schema()
+
+    def reader(self, schema: StructType) -> HeadwaterReader:
+        return HeadwaterReader(self.parsed)
+
+    def streamReader(self, schema: StructType) -> HeadwaterStreamReader:
+        return HeadwaterStreamReader(self.parsed)
+
+
+class _Driver:
+    """The driver side's open log (opened lazily, never pickled)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._log: LocalLog | HttpLog | None = None
+
+    def log(self) -> LocalLog | HttpLog:
+        if self._log is None:
+            # The driver decodes only to count rows for a row limit (maxRowsPerTrigger).
+            self._log = open_log(self.options)
+        return self._log
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_log": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.options = state["options"]
+        self._log = None
+
+
+class HeadwaterReader(_Driver, DataSourceReader):  # type: ignore[misc]
+    """Batch read of ``[startingPosition, endingPosition)`` (default: all retained, up to
+    the log's end when the query is planned)."""
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.options
+        changelog = self.log()
+        try:
+            start = LogOffset(changelog.resolve(opts.starting))
+            if opts.ending is None:
+                target, _pos = changelog.end()
+            else:
+                target = changelog.resolve(opts.ending)
+            scan = scan_batch(changelog, opts, start, target)
+            return plan_slices(opts, start, scan.end, scan.sizes, opts.partitions)
+        finally:
+            self.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
+        assert isinstance(partition, LogSlice)
+        return read_slice(partition)
+
+
+class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """Micro-batches of the change log; offsets are :class:`LogOffset` dicts."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        super().__init__(options)
+        self._target: int | None = None  # Trigger.AvailableNow: the end fixed at its start
+        self._scans: dict[tuple[tuple[int, int], tuple[int, int]], list[tuple[int, int]]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_log": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._target = None
+        self._scans = {}
+
+    def initialOffset(self) -> dict[str, Any]:
+        return LogOffset(self.log().resolve(self.options.starting)).to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_rows is not None:
+            return ReadMaxRows(self.options.max_rows)
+        if self.options.max_bytes is not None:
+            return ReadMaxBytes(self.options.max_bytes)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target, _pos = self.log().end()
+        log.info("availableNow: reading up to seq %d", self._target)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = LogOffset.from_dict(start)
+        changelog = self.log()
+        log_end, last = changelog.end()
+        target = log_end if self._target is None else min(log_end, self._target)
+        if begin.seq >= target:
+            return start
+        if isinstance(limit, ReadAllAvailable):
+            if target == log_end:
+                return LogOffset(target, 0, last).to_dict()
+            # availableNow's target is behind the log's end: scan for its position
+            return scan_batch(changelog, self.options, begin, target).end.to_dict()
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_rows
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.options.max_bytes
+        scan = scan_batch(
+            changelog, self.options, begin, target, max_rows=max_rows, max_bytes=max_bytes
+        )
+        if scan.end.key() == begin.key():
+            return start
+        self._scans = {(begin.key(), scan.end.key()): scan.sizes}
+        return scan.end.to_dict()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        seq, last = self.log().end()
+        return LogOffset(seq, 0, last).to_dict()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, stop = LogOffset.from_dict(start), LogOffset.from_dict(end)
+        if begin.key() >= stop.key():
+            return []
+        sizes = self._scans.pop((begin.key(), stop.key()), None)
+        if sizes is None:  # not planned by this process (a restart replays the batch)
+            target = stop.seq + 1 if stop.row > 0 else stop.seq
+            sizes = scan_batch(self.log(), self.options, begin, target).sizes
+        return plan_slices(self.options, begin, stop, sizes, self.options.partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
+        assert isinstance(partition, LogSlice)
+        return read_slice(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        LogOffset.from_dict(end)  # a malformed offset is a bug: fail loudly
+        log.debug("committed %s", end)
+
+    def stop(self) -> None:
+        self.close()
