@@ -223,7 +223,7 @@ def test_rows_and_ddl_in_the_middle_are_captured_exactly(
     got = assert_same_changes(mariadb, start.coordinate, reader_dir, db)  # type: ignore[arg-type]
     ops = [(c.op, c.table) for r in got for c in decode_record(r, source="t", fde=None)]
     assert ("update", "t") in ops and ("insert", "t2") in ops and ("delete", "t") in ops
-    # Records carry their tables with rows-event counts, GTIDs and commit times.
+    # Records carry their tables with row counts, GTIDs and commit times.
     multi = next(r for r in got if dict(r.tables).get(f"{db}.other"))
     assert dict(multi.tables) == {f"{db}.t": 2, f"{db}.other": 1}
     assert all(r.gtid.startswith("0-1-") and r.ts_us > 1_600_000_000_000_000 for r in got)

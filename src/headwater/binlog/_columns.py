@@ -457,6 +457,24 @@ def column_spec(col: Col, k: int, env: dict[str, object], partial: bool = False)
     raise BinlogFormatError(f"column type {name} cannot be decoded from row events")
 
 
+def value_width(col: Col) -> int:
+    """Bytes a non-NULL value of ``col`` takes in a row image: ``n >= 0`` for a fixed
+    width, ``-k`` for a value after a ``k``-byte little-endian length (row counting walks
+    images with this and decodes nothing)."""
+    t, meta = col.type, col.meta
+    if t == _T.STRING:
+        return -1 if _string_length(meta) < 256 else -2
+    if t in (_T.VARCHAR, _T.VAR_STRING):
+        return -1 if meta < 256 else -2
+    if t in (_T.BLOB, _T.TINY_BLOB, _T.MEDIUM_BLOB, _T.LONG_BLOB, _T.GEOMETRY, _T.JSON, _T.VECTOR):
+        if not 1 <= meta <= 4:
+            raise BinlogFormatError(f"length prefix of {meta} bytes")
+        return -meta
+    spec = column_spec(col, 0, {})
+    assert isinstance(spec, Fixed)
+    return spec.size
+
+
 def _set_names(names: tuple[str, ...]) -> Callable[[int], tuple[str, ...] | int]:
     @lru_cache(maxsize=256)
     def decode(mask: int) -> tuple[str, ...] | int:

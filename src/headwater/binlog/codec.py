@@ -74,6 +74,7 @@ from headwater.binlog._columns import (
     column_spec,
     decimal_size,
     json_diffs,
+    value_width,
     vector,
 )
 from headwater.binlog.constants import ColumnType
@@ -232,6 +233,40 @@ def _values(prefix: str, n: int) -> str:
     return "(" + "".join(f"{prefix}{j}, " for j in range(n)) + ")"
 
 
+def _count_image(widths: Sequence[int], present: Sequence[int]) -> list[str]:
+    """Lines advancing ``p`` over one image of the ``present`` columns, decoding nothing:
+    a straight run when its null bitmap is all zero (fixed widths summed into constant
+    offsets), else a test of each column's null bit."""
+    nb = (len(present) + 7) // 8
+    fast: list[str] = []
+    off = nb
+    for k in present:
+        w = widths[k]
+        if w >= 0:
+            off += w
+            continue
+        fast.append(f"p += {off - w} + {_len_expr(-w, off)}")
+        off = 0
+    if off:
+        fast.append(f"p += {off}")
+    slow = [f"_nulls = _from_bytes(buf[p:p + {nb}], 'little')", f"p += {nb}"]
+    for i, k in enumerate(present):
+        w = widths[k]
+        step = str(w) if w >= 0 else f"{-w} + {_len_expr(-w, 0)}"
+        slow.append(f"if not _nulls & {1 << i}: p += {step}")
+    zero = "not buf[p]" if nb == 1 else f"buf[p:p + {nb}] == {bytes(nb)!r}"
+    return [f"if {zero}:", *_indent(fast or ["pass"]), "else:", *_indent(slow)]
+
+
+def _len_expr(nbytes: int, off: int) -> str:
+    at = f"p + {off}" if off else "p"
+    if nbytes == 1:
+        return f"buf[{at}]"
+    if nbytes == 2:
+        return f"(buf[{at}] | buf[{at} + 1] << 8)"
+    return f"_from_bytes(buf[{at}:{at} + {nbytes}], 'little')"
+
+
 class RowDecoder:
     """Decodes the row images of one table shape; generated code is cached per image shape.
 
@@ -246,6 +281,7 @@ class RowDecoder:
         self._image: dict[tuple[tuple[int, ...], int], Callable[..., Any]] = {}
         self._rows: dict[tuple[int, ...], Callable[..., Any]] = {}
         self._pairs: dict[tuple[tuple[int, ...], tuple[int, ...]], Callable[..., Any]] = {}
+        self._counts: dict[tuple[tuple[int, ...], tuple[int, ...]], Callable[..., Any]] = {}
 
     def source(self, present: Sequence[int]) -> str:
         """The generated source of :meth:`decode_rows` for ``present`` (for debugging)."""
@@ -301,6 +337,42 @@ class RowDecoder:
             ]
             fn = self._pairs[(before, after)] = gen.compile("pairs", lines)
         return fn
+
+    def _count_fn(self, first: tuple[int, ...], second: tuple[int, ...]) -> Callable[..., Any]:
+        fn = self._counts.get((first, second))
+        if fn is None:
+            widths = [value_width(c) for c in self.plan]
+            lines = ["def count(buf, p, end):", "    n = 0", "    while p < end:"]
+            lines += _indent(_indent(_count_image(widths, first)))
+            if second:
+                lines += _indent(_indent(_count_image(widths, second)))
+            lines += [
+                "        n += 1",
+                "    if p != end:",
+                "        raise _Trunc('row image runs past the end of the event')",
+                "    return n",
+            ]
+            fn = self._counts[(first, second)] = _Gen(self.plan).compile("count", lines)
+        return fn
+
+    def count_rows(
+        self,
+        buf: bytes,
+        pos: int,
+        end: int,
+        present: Sequence[int],
+        after: Sequence[int] | None = None,
+    ) -> int:
+        """How many rows ``buf[pos:end]`` holds (one image each, or a ``present`` image and
+        an ``after`` image per row for UPDATE_ROWS), walking the values' lengths without
+        building any value: the same count as :meth:`decode_rows` /
+        :meth:`decode_row_pairs`, for a fraction of their cost."""
+        if not present or (after is not None and not after):
+            raise BinlogFormatError("rows event with no columns in an image")
+        try:
+            return self._count_fn(tuple(present), tuple(after or ()))(buf, pos, end)  # type: ignore[no-any-return]
+        except DECODE_ERRORS as exc:
+            raise _translate(exc) from None
 
     def decode_image(
         self,

@@ -62,6 +62,7 @@ __all__ = [
     "ROWS_EVENT_TYPES",
     "STMT_END_F",
     "RowsEvent",
+    "count_rows",
     "parse_rows_event",
     "rows_event_table_id",
 ]
@@ -263,6 +264,68 @@ def _parse(
     table_id_size: int,
     columns: Sequence[ColumnDef] | None,
 ) -> RowsEvent:
+    kind, flags, extra, width, first, second, buf, pos = _layout(
+        type_code, buf, table_map, table_id_size
+    )
+    end = len(buf)
+    table_id = table_map.table_id
+    decoder = row_decoder_for(table_map, columns)
+    rows: list[Row] | list[tuple[Row, Row]]
+    if kind == "update":
+        if type_code == _E.PARTIAL_UPDATE_ROWS:
+            rows = _partial_pairs(decoder, buf, pos, end, first, second)
+        else:
+            rows = decoder.decode_row_pairs(buf, pos, end, first, second)
+        before, after = first, second
+    else:
+        rows = decoder.decode_rows(buf, pos, end, first) if pos < end else []
+        before, after = (first, ()) if kind == "delete" else ((), first)
+    return RowsEvent(
+        kind=kind,
+        type_code=type_code,
+        table_id=table_id,
+        flags=flags,
+        table_map=table_map,
+        width=width,
+        columns_before=before,
+        columns_after=after,
+        rows=rows,
+        extra_data=extra,
+        extra_info=_extra_info(extra, kind) if extra else {},
+    )
+
+
+def count_rows(
+    type_code: int, body: bytes | memoryview, *, table_map: TableMap, table_id_size: int = 6
+) -> int:
+    """How many rows a rows event holds, without decoding a value: the row images are
+    walked by their lengths (:meth:`RowDecoder.count_rows`, code generated per image
+    shape). The same count as ``len(parse_rows_event(...).rows)``, raising the same errors
+    on bytes that do not frame. PARTIAL_UPDATE_ROWS (MySQL JSON diffs) is decoded."""
+    try:
+        if type_code == _E.PARTIAL_UPDATE_ROWS:
+            return len(_parse(type_code, bytes(body), table_map, table_id_size, None).rows)
+        buf = body if isinstance(body, bytes) else bytes(body)
+        kind, _f, _x, _w, first, second, buf, pos = _layout(
+            type_code, buf, table_map, table_id_size
+        )
+        if pos >= len(buf):
+            return 0
+        decoder = row_decoder_for(table_map)
+        return decoder.count_rows(buf, pos, len(buf), first, second if kind == "update" else None)
+    except BinlogFormatError as exc:
+        raise exc.located(event_type=event_type_name(type_code)) from None
+    except DECODE_ERRORS as exc:
+        raise TruncatedError(
+            f"rows event ends early ({exc})", event_type=event_type_name(type_code)
+        ) from None
+
+
+def _layout(
+    type_code: int, buf: bytes, table_map: TableMap, table_id_size: int
+) -> tuple[Kind, int, bytes, int, tuple[int, ...], tuple[int, ...], bytes, int]:
+    """Kind, flags, extra data, width, present columns of the first and second image,
+    the buffer (inflated when compressed) and the position of the first row image."""
     if type_code in _PRE_GA:
         raise BinlogFormatError("pre-GA rows events (MySQL 5.1.0-5.1.17) are not supported")
     spec = _TYPES.get(type_code)
@@ -297,31 +360,7 @@ def _parse(
         second, pos = _bitmap_columns(buf, pos, width)
     if compressed:
         buf = buf[:pos] + _inflate(buf, pos)
-    end = len(buf)
-    decoder = row_decoder_for(table_map, columns)
-    rows: list[Row] | list[tuple[Row, Row]]
-    if kind == "update":
-        if type_code == _E.PARTIAL_UPDATE_ROWS:
-            rows = _partial_pairs(decoder, buf, pos, end, first, second)
-        else:
-            rows = decoder.decode_row_pairs(buf, pos, end, first, second)
-        before, after = first, second
-    else:
-        rows = decoder.decode_rows(buf, pos, end, first) if pos < end else []
-        before, after = (first, ()) if kind == "delete" else ((), first)
-    return RowsEvent(
-        kind=kind,
-        type_code=type_code,
-        table_id=table_id,
-        flags=flags,
-        table_map=table_map,
-        width=width,
-        columns_before=before,
-        columns_after=after,
-        rows=rows,
-        extra_data=extra,
-        extra_info=_extra_info(extra, kind) if extra else {},
-    )
+    return kind, flags, extra, width, first, second, buf, pos
 
 
 def _partial_pairs(

@@ -27,8 +27,9 @@ Record invariants (``headwater.changes`` describes the payload):
   else the header timestamp (seconds) of the event that ends the transaction times 10**6;
   chunks appended before the end is seen carry the first event's header time instead (the
   commit time is not known yet; the last chunk has the commit time);
-* ``tables``: ``(db.table, n)`` where ``n`` counts the rows *events* of the table kept in
-  the record (a rows event holds one or more rows; counting rows would mean decoding); the
+* ``tables``: ``(db.table, n)`` where ``n`` counts the rows of the table kept in the
+  record (an UPDATE's before/after pair is one row), counted by walking the row images'
+  value lengths without decoding a value (``headwater.binlog.rows.count_rows``); the
   chunks of a transaction each count their own, so they add up to the transaction's;
 * filtered tables cost no decoding: their TABLE_MAP and rows events are dropped on the
   table id; a transaction left without rows events or DDL is not stored, but it is still
@@ -48,7 +49,10 @@ from typing import Protocol
 from headwater.binlog.constants import EventType
 from headwater.binlog.events import DecodeContext, GtidEvent, QueryEvent, parse_event
 from headwater.binlog.framing import FormatDescription, RawEvent
+from headwater.binlog.rows import count_rows
+from headwater.binlog.tablemap import TableMap, parse_table_map
 from headwater.changes import is_ddl
+from headwater.errors import BinlogFormatError
 from headwater.position import MariadbGtid, MysqlGtid, Position, binlog_file_number
 from headwater.reader.filters import ROWS_KIND, TableFilter
 from headwater.store import FIRST_CHUNK, LAST_CHUNK, Record
@@ -156,6 +160,8 @@ class Grouper:
         self.watch = watch
         self.on_table_map = on_table_map
         self._seen_maps: set[bytes] = set()
+        self._parsed_maps: dict[bytes, TableMap] = {}  # TABLE_MAP body -> parsed (counting)
+        self.count_errors = 0
         self.schema_version = 0
         self.fde_raw = b""
         self.ctx = DecodeContext()
@@ -179,7 +185,8 @@ class Grouper:
         self._chunk_no = 0
         self._content = False  # a kept rows event or DDL
         self._tables: dict[str, int] = {}
-        self._maps: dict[int, tuple[str, bool, bytes]] = {}  # table id -> (name, kept, raw)
+        # table id -> (name, kept, raw, parsed TABLE_MAP or None when not kept)
+        self._maps: dict[int, tuple[str, bool, bytes, TableMap | None]] = {}
         self._gtid = ""
         self._gtid_obj: MariadbGtid | MysqlGtid | None = None
         self._commit_ts_us = 0
@@ -253,7 +260,7 @@ class Grouper:
             entry = self._maps.get(table_id)
             if entry is None or not entry[1] or tc in self.filter.dropped_rows_types:
                 return None
-            self._tables[entry[0]] += 1
+            self._tables[entry[0]] += self._count(tc, raw.data, entry[3])
             self._content = True
             if table_id in self._watch_ids:
                 self._watched.append((entry[2], bytes(raw.data)))
@@ -266,13 +273,16 @@ class Grouper:
             name = f"{db}.{table}"
             kept = self.filter.wants(db, table)
             data = bytes(raw.data)
-            self._maps[table_id] = (name, kept, data)
+            shape = data[19:]  # the body: the header's time and log_pos vary
+            tm = self._parsed_maps.get(shape) if kept else None
+            if kept and tm is None:
+                tm = self._parse_map(shape)
+            self._maps[table_id] = (name, kept, data, tm)
             if self.watch is not None and (db, table) == self.watch:
                 self._watch_ids.add(table_id)
             if kept:
                 self._tables.setdefault(name, 0)
                 self._add(data)
-                shape = data[19:]  # the body: the header's time and log_pos vary
                 if self.on_table_map is not None and shape not in self._seen_maps:
                     # A new TABLE_MAP shape for the schema history's cross-check.
                     if len(self._seen_maps) > 10_000:
@@ -291,6 +301,29 @@ class Grouper:
             return None  # e.g. a heartbeat or rotate inside a group: not part of it
         self._add(raw.data)  # ANNOTATE_ROWS, INTVAR, USER_VAR, ... kept as they came
         return None
+
+    def _parse_map(self, shape: bytes) -> TableMap | None:
+        if len(self._parsed_maps) > 10_000:
+            self._parsed_maps.clear()
+        mariadb = self.fde is None or self.fde.is_mariadb
+        try:
+            tm = parse_table_map(shape, table_id_size=self._id_size, mariadb=mariadb)
+        except BinlogFormatError as e:
+            log.warning("TABLE_MAP at %s does not parse (rows not counted): %s", self._pos, e)
+            return None
+        self._parsed_maps[shape] = tm
+        return tm
+
+    def _count(self, tc: int, data: memoryview | bytes, tm: TableMap | None) -> int:
+        """Rows in a rows event (0, reported, if its images do not frame)."""
+        if tm is None:
+            return 0
+        try:
+            return count_rows(tc, data[19:], table_map=tm, table_id_size=self._id_size)
+        except BinlogFormatError as e:
+            self.count_errors += 1
+            log.warning("rows event at %s: rows not counted: %s", self._pos, e)
+            return 0
 
     def _gtid_started(self, raw: RawEvent) -> None:
         if self.skip is not None and self.skip(
@@ -377,7 +410,7 @@ class Grouper:
         self._parts = []
         self._size = 0
         self._chunk_repeated = 0
-        for _name, kept, data in self._maps.values():
+        for _name, kept, data, _tm in self._maps.values():
             if kept:
                 self._parts.append(_pack_len(len(data)))
                 self._parts.append(data)

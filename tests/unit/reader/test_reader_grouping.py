@@ -47,8 +47,10 @@ def table_map(table_id: int, db: str, table: str) -> bytes:
     )
 
 
-def rows(table_id: int, payload: int = 10) -> bytes:
-    return table_id.to_bytes(6, "little") + b"\x01\x00" + b"\x01\xff" + b"\x00" * payload
+def rows(table_id: int, n: int = 2) -> bytes:
+    """A WRITE_ROWS_V1 body of ``n`` rows of the one INT column (null bitmap, 4 bytes)."""
+    images = b"".join(b"\x00" + i.to_bytes(4, "little") for i in range(n))
+    return table_id.to_bytes(6, "little") + b"\x01\x00" + b"\x01\xff" + images
 
 
 class Sink:
@@ -94,7 +96,7 @@ def test_a_transaction_becomes_one_record_with_its_position_gtid_time_and_tables
     assert rec.position == Position(3, 7, start, 0)
     assert rec.gtid == "0-1-42"
     assert rec.ts_us == 1_700_000_005_000_000  # the XID's header time
-    assert rec.tables == (("shop.orders", 2), ("shop.items", 2))
+    assert rec.tables == (("shop.orders", 4), ("shop.items", 4))  # rows, not rows events
     assert rec.flags == 3 and rec.chunk_no == 0
     types = [e.type_code for e in iter_payload_events(rec.payload)]
     assert types == [E.MARIADB_GTID, E.TABLE_MAP, 23, 23, E.TABLE_MAP, 23, 23, E.XID]
@@ -109,7 +111,7 @@ def test_excluded_tables_are_dropped_and_an_empty_transaction_is_not_stored() ->
     s.txn(1, (10, "shop", "orders"), (11, "shop", "tmp_x"), (12, "crm", "people"))
     s.txn(2, (11, "shop", "tmp_x"))
     (rec,) = sink.records
-    assert rec.tables == (("shop.orders", 1),)
+    assert rec.tables == (("shop.orders", 2),)
     types = [e.type_code for e in iter_payload_events(rec.payload)]
     assert types == [E.MARIADB_GTID, E.TABLE_MAP, 23, E.XID]
     assert [(d.gtid, d.stored) for d in s.done] == [("0-1-1", True), ("0-1-2", False)]
@@ -173,7 +175,7 @@ def test_large_transactions_are_chunked_and_chunks_repeat_their_table_maps() -> 
         assert {int.from_bytes(e.data[19:25], "little") for e in events if e.type_code == 23} <= ids
     for c in chunks:
         total_rows += sum(n for _, n in c.tables)
-    assert total_rows == 80
+    assert total_rows == 160  # 80 rows events of 2 rows each
     indexes = [c.position.event_index for c in chunks]
     assert indexes[0] == 0 and indexes == sorted(indexes)
     assert len({(c.position.file_num, c.position.offset) for c in chunks}) == 1
