@@ -121,9 +121,16 @@ def _register_reader(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     register(sub)
 
 
+def _register_pipeline(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from headwater.cli.pipeline import register
+
+    register(sub)
+
+
 _COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _register_binlog,
     _register_reader,
+    _register_pipeline,
 ]
 
 

@@ -1,0 +1,296 @@
+"""Builds and runs a pipeline's streaming query: headwater source -> transforms -> sinks.
+
+One :class:`PipelineRunner` per :class:`~headwater.spark.pipeline_config.PipelineConfig`:
+
+* the query reads ``spark.readStream.format("headwater")`` with the configured options,
+  applies the transforms in order (:func:`~headwater.spark.transforms.apply_transforms`)
+  and hands each micro-batch to every sink in the configured order through
+  ``foreachBatch`` (the batch is cached, so the source is read once per batch);
+* progress lives in the checkpoint location (Spark's offsets and commits): a restart,
+  after a clean stop or a crash, resumes from the last committed batch; a batch that was
+  running at a crash is replayed with the same id and the same offsets, which the SQL
+  sinks' checkpoint tables turn into exactly-once;
+* :meth:`PipelineRunner.run` starts the query and then, until it ends or ``stop`` is set,
+  writes a progress line every ``progress`` seconds (batch, rows, rate, lag) and, when
+  asked to stop, waits for the running batch to finish before stopping the query (bounded
+  by ``stop_timeout``).
+
+Sinks are built from the configuration by :func:`build_sink` (``type`` selects a
+factory); a factory receives the sink's fields and the pipeline configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from headwater.errors import ConfigError, HeadwaterError
+from headwater.spark.pipeline_config import PipelineConfig, SinkConfig
+from headwater.spark.transforms import apply_transforms
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = [
+    "SINK_FACTORIES",
+    "PipelineError",
+    "PipelineRunner",
+    "UmsFileSink",
+    "build_sink",
+]
+
+log = logging.getLogger(__name__)
+
+
+class PipelineError(HeadwaterError):
+    """The streaming query failed; the message carries Spark's error (for a rule, the rule
+    file and the change's position)."""
+
+
+class BatchSink:
+    """What the runner needs of a sink: ``write_batch(df, batch_id)``."""
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> None:
+        raise NotImplementedError
+
+
+# --- sinks --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UmsFileSink:
+    """Writes each micro-batch as UMS messages (:mod:`headwater.spark.ums`), one JSON per
+    line, into ``path/batch=<id>/`` (overwritten when a batch is replayed, so a replay
+    leaves one copy)."""
+
+    path: str
+    max_rows: int = 1000
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> None:
+        from headwater.spark.ums import to_ums
+
+        out = to_ums(df, batch_id, self.max_rows).select("value")
+        out.write.mode("overwrite").text(os.path.join(self.path, f"batch={batch_id}"))
+
+
+def _fields(cfg: SinkConfig, allowed: set[str], required: set[str] = frozenset()) -> dict[str, Any]:  # type: ignore[assignment]
+    fields = dict(cfg.fields)
+    for key in fields:
+        if key not in allowed:
+            raise ConfigError(
+                f"unknown field for a {cfg.type} sink; expected one of "
+                f"{', '.join(sorted(allowed | {'type'}))}",
+                line=cfg.line,
+                field=f"{cfg.path}.{key}",
+            )
+    for key in sorted(required - fields.keys()):
+        raise ConfigError("missing (required)", line=cfg.line, field=f"{cfg.path}.{key}")
+    return fields
+
+
+def _ums_sink(cfg: SinkConfig, pipeline: PipelineConfig) -> BatchSink:
+    f = _fields(cfg, {"path", "max_rows"}, {"path"})
+    path = Path(str(f["path"])).expanduser()
+    if not path.is_absolute():
+        path = Path(pipeline.file).resolve().parent / path
+    max_rows = f.get("max_rows", 1000)
+    if not isinstance(max_rows, int) or max_rows < 1:
+        raise ConfigError("must be a positive integer", line=cfg.line, field=f"{cfg.path}.max_rows")
+    return UmsFileSink(str(path), max_rows)  # type: ignore[return-value]
+
+
+SinkFactory = Callable[[SinkConfig, PipelineConfig], Any]
+
+#: Sink ``type`` -> factory.
+SINK_FACTORIES: dict[str, SinkFactory] = {"ums": _ums_sink}
+
+
+def build_sink(cfg: SinkConfig, pipeline: PipelineConfig) -> Any:
+    """The sink object for one ``sinks[i]`` entry (raises ConfigError naming it)."""
+    factory = SINK_FACTORIES.get(cfg.type)
+    if factory is None:
+        raise ConfigError(
+            f"unknown sink type {cfg.type!r}; expected one of {', '.join(sorted(SINK_FACTORIES))}",
+            file=pipeline.file,
+            line=cfg.line,
+            field=f"{cfg.path}.type",
+        )
+    try:
+        return factory(cfg, pipeline)
+    except ConfigError as e:
+        if e.file is not None:
+            raise
+        raise ConfigError(
+            str(e)
+            .removeprefix(f"{e.line}: " if e.line else "")
+            .removeprefix(f"{e.field}: " if e.field else ""),
+            file=pipeline.file,
+            line=e.line or cfg.line,
+            field=e.field or cfg.path,
+        ) from None
+
+
+# --- the query ------------------------------------------------------------------------------
+
+
+class _ForEachBatch:
+    """The ``foreachBatch`` function: every sink in order, then the batch's newest commit
+    time for the lag shown in progress lines."""
+
+    def __init__(self, sinks: list[Any]) -> None:
+        self.sinks = sinks
+        self.newest_ts_us: int | None = None
+        self.lock = threading.Lock()
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        df = df.persist()
+        try:
+            for sink in self.sinks:
+                sink.write_batch(df, batch_id)
+            newest = df.agg(F.max("ts_us")).collect()[0][0]
+        finally:
+            df.unpersist()
+        with self.lock:
+            if newest is not None:
+                self.newest_ts_us = newest
+            self.batch_end_s = time.time()
+
+
+class PipelineRunner:
+    """Runs one pipeline (see the module docstring). ``spark``: an existing session (tests);
+    otherwise one is built with ``master`` (default: the configuration's)."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        *,
+        master: str | None = None,
+        spark: SparkSession | None = None,
+    ) -> None:
+        self.config = config
+        self.master = master or config.master
+        self._spark = spark
+        self.sinks = [build_sink(s, config) for s in config.sinks]
+        self.writer = _ForEachBatch(self.sinks)
+        self.query: StreamingQuery | None = None
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from headwater.spark.session import build_session
+
+            # Python workers must import headwater: use this interpreter.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            self._spark = build_session(
+                self.master,
+                f"headwater-pipeline-{self.config.name}",
+                conf=dict(self.config.spark_conf),
+            )
+        return self._spark
+
+    def changes(self) -> DataFrame:
+        """The transformed change stream (a streaming DataFrame)."""
+        from headwater.spark import register
+
+        spark = self.spark
+        register(spark)
+        reader = spark.readStream.format("headwater")
+        for key, value in self.config.source.options:
+            reader = reader.option(key, value)
+        return apply_transforms(reader.load(), self.config.transforms)
+
+    def start(self, *, available_now: bool = False) -> StreamingQuery:
+        """Start the query; ``available_now`` processes what the log holds now, then ends."""
+        self.config.checkpoint.mkdir(parents=True, exist_ok=True)
+        writer = (
+            self.changes()
+            .writeStream.queryName(self.config.name.replace("-", "_").replace(".", "_"))
+            .option("checkpointLocation", str(self.config.checkpoint))
+            .foreachBatch(self.writer)
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        elif self.config.trigger_s > 0:
+            writer = writer.trigger(processingTime=f"{self.config.trigger_s} seconds")
+        self.query = writer.start()
+        return self.query
+
+    def run(
+        self,
+        *,
+        available_now: bool = False,
+        stop: threading.Event | None = None,
+        progress: TextIO | None = None,
+        stop_timeout: float = 300.0,
+    ) -> int:
+        """Run until the query ends (``available_now``) or ``stop`` is set; returns 0.
+
+        Progress lines go to ``progress`` (default stderr). Raises PipelineError when the
+        query fails.
+        """
+        out = progress or sys.stderr
+        stop = stop or threading.Event()
+        query = self.start(available_now=available_now)
+        last_line = time.monotonic()
+        last_batch = -1
+        try:
+            while query.isActive:
+                if stop.is_set():
+                    self._stop_after_batch(query, stop_timeout)
+                    break
+                query.awaitTermination(0.2)  # type: ignore[arg-type]  # seconds, float ok
+                if time.monotonic() - last_line >= self.config.progress_s:
+                    last_batch = self._progress_line(query, out, last_batch)
+                    last_line = time.monotonic()
+        finally:
+            self._progress_line(query, out, last_batch)
+        error = query.exception()
+        if error is not None:
+            raise PipelineError(f"pipeline {self.config.name} failed: {_spark_message(error)}")
+        return 0
+
+    def _stop_after_batch(self, query: StreamingQuery, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while query.isActive and query.status.get("isTriggerActive", False):
+            if time.monotonic() > deadline:
+                log.warning("the running batch did not end in %.0f s; stopping anyway", timeout)
+                break
+            query.awaitTermination(0.05)  # type: ignore[arg-type]
+        query.stop()
+
+    def _progress_line(self, query: StreamingQuery, out: TextIO, last_batch: int) -> int:
+        p = query.lastProgress
+        if not p or p.get("batchId", -1) == last_batch:
+            return last_batch
+        with self.writer.lock:
+            newest = self.writer.newest_ts_us
+        lag = f"{time.time() - newest / 1e6:.2f}s" if newest else "-"
+        rows = p.get("numInputRows", 0)
+        rate = p.get("processedRowsPerSecond", 0.0) or 0.0
+        duration = (p.get("durationMs") or {}).get("triggerExecution", 0)
+        out.write(
+            f"pipeline {self.config.name}: batch={p.get('batchId')} rows={rows} "
+            f"rate={rate:.0f} rows/s lag={lag} batch_ms={duration}\n"
+        )
+        out.flush()
+        return int(p.get("batchId", last_batch))
+
+
+def _spark_message(error: Any) -> str:
+    text = str(getattr(error, "desc", None) or error)
+    # A Python worker's traceback: the last line is the exception, which is what counts.
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error:" in line or "Exception:" in line:
+            return line.strip()
+    return lines[-1] if lines else text
