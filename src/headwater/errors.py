@@ -21,12 +21,17 @@ secrets, and say whether retrying can help::
      |    +-- CorruptRecordError      a record or index entry fails its checks (file, offset)
      |    +-- PositionNotRetainedError  a position older than what retention kept
      +-- SchemaError                  table definitions and the schema history
-          +-- DdlError                a DDL statement that cannot be applied (reported, not raised)
+     |    +-- DdlError                a DDL statement that cannot be applied (reported, not raised)
+     +-- SinkError                    a sink could not apply changes (table, key, statement,
+          |                           and the sequence to resume from)
+          +-- TransientSinkError      deadlock, lock wait timeout, lost connection: retries ran out
 
 ``TransientError`` is a mixin for errors where a retry (reconnect, back off) can succeed.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "AuthenticationError",
@@ -43,10 +48,12 @@ __all__ = [
     "PrivilegeError",
     "SchemaError",
     "ServerIdConflictError",
+    "SinkError",
     "SourceConfigError",
     "SourceError",
     "StoreError",
     "TransientError",
+    "TransientSinkError",
     "TruncatedError",
 ]
 
@@ -194,3 +201,62 @@ class DdlError(SchemaError):
 
     :func:`headwater.schema.ddl.apply_ddl` catches it and reports the statement as unparsed.
     """
+
+
+class SinkError(HeadwaterError):
+    """A sink could not apply changes to its target.
+
+    The message names the target table, the key and the statement (SQL text with
+    placeholders, never values of other rows and never credentials). ``resume_sequence`` is
+    the first change sequence not applied for ``shard`` (start the pipeline again from there,
+    or simply replay: applied changes are skipped); ``None`` when unknown.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        key: object = None,
+        statement: str | None = None,
+        shard: int | None = None,
+        batch_id: int | None = None,
+        resume_sequence: int | None = None,
+    ) -> None:
+        parts = [message]
+        if table is not None:
+            parts.append(f"table {table}")
+        if key is not None:
+            parts.append(f"key {key}")
+        if shard is not None:
+            parts.append(f"shard {shard}")
+        if batch_id is not None:
+            parts.append(f"batch {batch_id}")
+        if resume_sequence is not None:
+            parts.append(f"resume from sequence {resume_sequence}")
+        if statement is not None:
+            parts.append(f"statement: {statement}")
+        super().__init__("; ".join(parts))
+        self.reason = message
+        self.table = table
+        self.key = key
+        self.statement = statement
+        self.shard = shard
+        self.batch_id = batch_id
+        self.resume_sequence = resume_sequence
+
+    def __reduce__(self) -> tuple[object, ...]:  # survives pickling (Spark executors)
+        fields = ("table", "key", "statement", "shard", "batch_id", "resume_sequence")
+        return (
+            _rebuild_sink_error,
+            (type(self), self.reason, {f: getattr(self, f) for f in fields}),
+        )
+
+
+def _rebuild_sink_error(cls: type[SinkError], reason: str, fields: dict[str, Any]) -> SinkError:
+    return cls(reason, **fields)
+
+
+class TransientSinkError(TransientError, SinkError):
+    """A retryable sink failure (deadlock, lock wait timeout, lost connection) that lasted
+    through every retry of the sink's retry policy."""

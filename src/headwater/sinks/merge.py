@@ -1,0 +1,236 @@
+"""Net effect per key: many changes of one row in a batch become at most one write.
+
+A change touches one or two *keys* (``(source, database, table, primary key values)``):
+an insert, snapshot read, update or delete touches its key; an update that changes the
+primary key touches the old key (the row leaves it) and the new key (the row arrives).
+:func:`explode` turns each change into one :class:`KeyEvent` per key it touches:
+
+=================  ==========================================================
+change             key events
+=================  ==========================================================
+insert             ``put(key, after, created=True)``
+read (snapshot)    ``put(key, after)``
+update             ``put(key, after)``
+update of the key  ``delete(old key)``, ``put(new key, after, created=True)``
+delete             ``delete(key)``
+=================  ==========================================================
+
+:func:`collapse` orders each key's events by ``sequence`` and keeps the net effect:
+
+* the last event is a delete and the first one created the row (the key did not exist
+  before the batch): nothing at all (insert, updates, delete of one key is nothing);
+* the last event is a delete: ``delete(key)``;
+* the last event is a put: ``upsert(key, image)``, the image merging the after images of
+  the puts since the last delete (with MINIMAL row images a later update logs only some
+  columns; the merge keeps the others).
+
+Applying the net effects of a batch to a state (in any order: they touch distinct keys)
+gives the state that applying every change in order gives (``tests/unit/sinks``).
+
+Routing: :func:`shard_of` hashes ``(database, table, key values)`` with the formula of the
+HTTP API's sharding (docs/formats.md, "Sharding"), on the JSON form of the values, so all
+events of one key land in one shard and keep their order there. An update of the key
+sends the delete of the old key to the old key's shard: the shard that applied the old
+key's earlier changes is the one that removes it.
+
+Tables without a primary key (``key`` is null in their change rows) are refused with a
+:class:`~headwater.errors.SinkError`: without a key there is no net effect to compute and
+no row to address.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from crc32c import crc32c
+
+from headwater.errors import SinkError
+from headwater.position import Position
+from headwater.sinks.base import Change
+
+__all__ = ["KeyEvent", "NetEffect", "collapse", "explode", "key_id", "route", "shard_of"]
+
+PUT = "put"
+DELETE = "delete"
+UPSERT = "upsert"
+
+_LEN = struct.Struct("<I")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyEvent:
+    """What one change does to one key. ``key_id`` is the key's canonical JSON text."""
+
+    source: str
+    database: str
+    table: str
+    key_id: str
+    key: dict[str, Any]
+    kind: str  # PUT or DELETE
+    created: bool
+    image: dict[str, Any] | None
+    sequence: int
+    position: Position
+
+
+@dataclass(frozen=True, slots=True)
+class NetEffect:
+    """The one write a key needs: ``action`` is ``upsert`` (with ``image``) or ``delete``.
+
+    ``first_sequence``/``last_sequence`` span the key's events in the batch; ``position``
+    is the last event's (the schema in force there describes ``image``).
+    """
+
+    source: str
+    database: str
+    table: str
+    key_id: str
+    key: dict[str, Any]
+    action: str
+    image: dict[str, Any] | None
+    first_sequence: int
+    last_sequence: int
+    position: Position
+
+    @property
+    def table_name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+def key_id(key: dict[str, Any]) -> str:
+    """The canonical text of a key: JSON ``[[column, value], ...]`` in key order."""
+    return orjson.dumps([[c, v] for c, v in key.items()]).decode()
+
+
+def explode(change: Change) -> list[KeyEvent]:
+    """The key events of one row change (see the module docstring). Raises
+    :class:`SinkError` for DDL and for changes without a key."""
+    if change.op == "ddl":
+        raise SinkError("a DDL change has no key events", table=change.table_name)
+    key = change.key
+    if not key:
+        raise SinkError(
+            "the table has no primary key; headwater sinks refuse keyless tables "
+            "(add a primary key at the source, or filter the table out)",
+            table=change.table_name,
+            resume_sequence=change.sequence,
+        )
+
+    def event(
+        k: dict[str, Any], kind: str, created: bool, image: dict[str, Any] | None
+    ) -> KeyEvent:
+        return KeyEvent(
+            change.source,
+            change.database,
+            change.table,
+            key_id(k),
+            k,
+            kind,
+            created,
+            image,
+            change.sequence,
+            change.position,
+        )
+
+    op = change.op
+    if op == "insert":
+        return [event(key, PUT, True, change.after)]
+    if op == "read":
+        return [event(key, PUT, False, change.after)]
+    if op == "delete":
+        return [event(key, DELETE, False, None)]
+    if op == "update":
+        new = event(key, PUT, False, change.after)
+        before = change.before or {}
+        if all(c in before for c in key):
+            old_key = {c: before[c] for c in key}
+            if key_id(old_key) != new.key_id:
+                return [event(old_key, DELETE, False, None), event(key, PUT, True, change.after)]
+        return [new]
+    raise SinkError(f"unknown operation {op!r}", table=change.table_name, key=key)
+
+
+def collapse(events: Iterable[KeyEvent]) -> list[NetEffect]:
+    """The net effect of each key's events (module docstring), ordered by last sequence."""
+    by_key: dict[tuple[str, str, str, str], list[KeyEvent]] = {}
+    for ev in events:
+        by_key.setdefault((ev.source, ev.database, ev.table, ev.key_id), []).append(ev)
+    out: list[NetEffect] = []
+    for evs in by_key.values():
+        evs.sort(key=lambda e: e.sequence)
+        effect = _net(evs)
+        if effect is not None:
+            out.append(effect)
+    out.sort(key=lambda n: n.last_sequence)
+    return out
+
+
+def _net(evs: list[KeyEvent]) -> NetEffect | None:
+    first, last = evs[0], evs[-1]
+    if last.kind == DELETE:
+        if first.created:
+            return None
+        action, image = DELETE, None
+    else:
+        action = UPSERT
+        image: dict[str, Any] | None = {}
+        for ev in evs:  # merge the puts since the last delete (MINIMAL images)
+            if ev.kind == DELETE:
+                image = {}
+            elif image is not None:
+                image.update(ev.image or {})
+    return NetEffect(
+        last.source,
+        last.database,
+        last.table,
+        last.key_id,
+        last.key,
+        action,
+        image,
+        first.sequence,
+        last.sequence,
+        last.position,
+    )
+
+
+def _canonical(value: Any) -> bytes:
+    if value is None:
+        return b"null"
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    if isinstance(value, int):
+        return str(value).encode("ascii")
+    if isinstance(value, float):
+        return repr(value).encode("ascii")
+    if isinstance(value, dict) and len(value) == 1:
+        ((tag, payload),) = value.items()
+        if tag in ("base64", "undecodable_text_base64"):
+            return base64.b64decode(payload)
+    text: bytes = orjson.dumps(value)
+    return text[1:-1] if text.startswith(b'"') else text
+
+
+def shard_of(database: str, table: str, key: dict[str, Any] | None, count: int) -> int:
+    """``crc32c(part(database) + part(table) + part(v1) ...) % count`` (docs/formats.md)."""
+    parts: list[bytes] = []
+    values = [] if key is None else [_canonical(v) for v in key.values()]
+    for text in (database.encode("utf-8", "surrogateescape"), table.encode("utf-8"), *values):
+        parts.append(_LEN.pack(len(text)))
+        parts.append(text)
+    return int(crc32c(b"".join(parts))) % count
+
+
+def route(changes: Iterable[Change], count: int) -> Iterator[tuple[int, KeyEvent]]:
+    """``(shard, event)`` for every key event of ``changes`` (DDL changes excluded)."""
+    for change in changes:
+        if change.op == "ddl":
+            continue
+        for ev in explode(change):
+            yield shard_of(ev.database, ev.table, ev.key, count), ev

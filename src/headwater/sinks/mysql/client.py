@@ -1,0 +1,161 @@
+"""The MySQL/MariaDB dialect: connections, upserts, DDL, error classes.
+
+* Sessions run with ``time_zone = '+00:00'`` (TIMESTAMP images are UTC), ``sql_mode``
+  without ``NO_ZERO_DATE``/``NO_ZERO_IN_DATE`` when zero dates are kept, and the extra
+  session variables of :class:`~headwater.sinks.base.ConnectionOptions`.
+* Upserts are ``INSERT ... VALUES (...), (...) ON DUPLICATE KEY UPDATE c = VALUES(c)``
+  (``VALUES()`` works on MariaDB and MySQL; MySQL 8.0.20+ only warns about it).
+* Retryable errors (:data:`RETRYABLE_CODES`): 1205 lock wait timeout, 1213 deadlock,
+  2003 cannot connect, 2006 server gone away, 2013 lost connection, 1927 connection
+  killed (MariaDB), 4031 disconnected for inactivity (MySQL), and a closed connection.
+* DDL runs after ``USE`` of the mapped default database (created if missing), with
+  qualified names of mapped databases rewritten by sqlglot (MySQL dialect); a statement
+  sqlglot cannot parse runs as written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from headwater.schema.model import TableDef
+from headwater.sinks.base import Change, ConnectionOptions, SinkCapabilities, map_database
+from headwater.sinks.sql import SqlDialect, SqlSinkConfig
+
+__all__ = ["RETRYABLE_CODES", "MysqlDialect"]
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_CODES = frozenset({1205, 1213, 1927, 2003, 2006, 2013, 4031})
+
+
+class MysqlDialect(SqlDialect):
+    capabilities: ClassVar[SinkCapabilities]  # set by headwater.sinks.mysql.factory
+    quote_char = "`"
+    text_bytes = True
+
+    def connect(self, options: ConnectionOptions, config: SqlSinkConfig) -> Any:
+        import pymysql
+
+        conn = pymysql.connect(
+            host=options.host,
+            port=options.port,
+            user=options.user,
+            password=options.password(),
+            database=options.database,
+            autocommit=False,
+            charset="utf8mb4",
+            connect_timeout=options.connect_timeout_s,
+        )
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET time_zone = '+00:00'")
+                if config.zero_dates == "keep":
+                    cur.execute("SELECT @@SESSION.sql_mode")
+                    modes = str(cur.fetchone()[0]).split(",")
+                    kept = [m for m in modes if m and m not in ("NO_ZERO_DATE", "NO_ZERO_IN_DATE")]
+                    cur.execute("SET SESSION sql_mode = %s", (",".join(kept),))
+                for name, value in options.session:
+                    if not name.replace("_", "").isalnum():
+                        raise ValueError(f"not a session variable name: {name!r}")
+                    cur.execute(f"SET SESSION {name} = %s", (value,))
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def retryable(self, exc: BaseException) -> bool | None:
+        import pymysql
+
+        if isinstance(exc, pymysql.err.InterfaceError):
+            return True  # the connection is closed
+        if not isinstance(exc, pymysql.err.MySQLError):
+            return None
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        return code in RETRYABLE_CODES
+
+    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str], rows: int) -> str:
+        cols = ", ".join(self.ident(c) for c in columns)
+        one = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        update = [c for c in columns if c not in key] or list(key)
+        sets = ", ".join(f"{self.ident(c)} = VALUES({self.ident(c)})" for c in update)
+        return (
+            f"INSERT INTO {table} ({cols}) VALUES {', '.join([one] * rows)}"
+            f" ON DUPLICATE KEY UPDATE {sets}"
+        )
+
+    def create_table_sql(self, schema: str, tdef: TableDef) -> list[str]:
+        lines = []
+        for col in tdef.columns:
+            text = f"{self.ident(col.name)} {col.column_type}"
+            if col.is_character and col.charset and col.charset != "binary":
+                text += f" CHARACTER SET {col.charset}"
+            if not col.nullable:
+                text += " NOT NULL"
+            lines.append(text)
+        if tdef.primary_key:
+            lines.append(f"PRIMARY KEY ({', '.join(self.ident(c) for c in tdef.primary_key)})")
+        options = f" DEFAULT CHARSET={tdef.charset}" if tdef.charset else ""
+        return [
+            f"CREATE DATABASE IF NOT EXISTS {self.ident(schema)}",
+            f"CREATE TABLE IF NOT EXISTS {self.table_ref(schema, tdef.table)} "
+            f"({', '.join(lines)}){options}",
+        ]
+
+    def checkpoint_setup_sql(self, schema: str) -> list[str]:
+        return [
+            f"CREATE DATABASE IF NOT EXISTS {self.ident(schema)}",
+            f"CREATE TABLE IF NOT EXISTS {self.table_ref(schema, 'headwater_checkpoint')} ("
+            "pipeline VARCHAR(190) NOT NULL, source VARCHAR(190) NOT NULL, shard INT NOT NULL,"
+            " batch_id BIGINT NOT NULL, max_sequence BIGINT NOT NULL,"
+            " applies BIGINT NOT NULL, rows_applied BIGINT NOT NULL,"
+            " applied_at TIMESTAMP(6) NULL,"
+            " PRIMARY KEY (pipeline, source, shard)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        ]
+
+    def insert_missing_sql(self, table: str) -> str:
+        return (
+            f"INSERT IGNORE INTO {table} (pipeline, source, shard, batch_id, max_sequence,"
+            " applies, rows_applied, applied_at) VALUES (%s, %s, %s, -1, -1, 0, 0, NULL)"
+        )
+
+    def ddl_statements(self, change: Change, config: SqlSinkConfig) -> list[str]:
+        sql = change.sql or ""
+        mapping = dict(config.database_map)
+        if mapping and any(src.lower() in sql.lower() for src in mapping):
+            sql = rewrite_databases(sql, mapping)
+        out = []
+        if change.database:
+            target = map_database(config.database_map, change.database)
+            out += [
+                f"CREATE DATABASE IF NOT EXISTS {self.ident(target)}",
+                f"USE {self.ident(target)}",
+            ]
+        return [*out, sql]
+
+
+def rewrite_databases(sql: str, mapping: dict[str, str]) -> str:
+    """``sql`` with every database name of ``mapping`` replaced (tables qualified by it,
+    and ``CREATE``/``DROP``/``ALTER DATABASE`` of it). Unparsable SQL is returned as is."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(sql, read="mysql")
+    except sqlglot.errors.ParseError:
+        log.warning("DDL not parsed; database names not mapped: %.200s", sql)
+        return sql
+    kind = str(tree.args.get("kind") or "").upper()
+    if isinstance(tree, (exp.Create, exp.Drop, exp.Alter)) and kind in ("DATABASE", "SCHEMA"):
+        node = tree.this
+        name = node.name if node is not None else ""
+        if name in mapping:
+            node.set("this", exp.to_identifier(mapping[name]))
+    else:
+        for table in tree.find_all(exp.Table):
+            db = table.args.get("db")
+            if db is not None and db.name in mapping:
+                table.set("db", exp.to_identifier(mapping[db.name]))
+    return str(tree.sql(dialect="mysql"))

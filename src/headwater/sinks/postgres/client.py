@@ -1,0 +1,184 @@
+"""The PostgreSQL dialect: type mapping, upserts, error classes (psycopg 3).
+
+Types (:func:`pg_type`), from the MySQL column definition:
+
+==============================  ===================================
+MySQL                           PostgreSQL
+==============================  ===================================
+TINYINT, SMALLINT               smallint (SMALLINT UNSIGNED: integer)
+MEDIUMINT, INT                  integer (INT UNSIGNED: bigint)
+BIGINT                          bigint (BIGINT UNSIGNED: numeric(20))
+DECIMAL(p,s)                    numeric(p,s)
+FLOAT, DOUBLE                   real, double precision
+BIT, YEAR                       bigint, smallint
+DATE, TIME                      date, interval (TIME may be negative or over 24 h)
+DATETIME(n), TIMESTAMP(n)       timestamp(n), timestamptz(n)
+CHAR(n), VARCHAR(n)             varchar(n) (no blank padding)
+TEXT family, ENUM, SET          text (SET members joined by ",")
+JSON                            jsonb
+BINARY, BLOB family, GEOMETRY   bytea
+VECTOR                          double precision[]
+==============================  ===================================
+
+Upserts are ``INSERT ... ON CONFLICT (key) DO UPDATE SET c = EXCLUDED.c`` (``DO NOTHING``
+when every column is in the key). Retryable: SQLSTATE 40001 serialization failure,
+40P01 deadlock, 55P03 lock not available (``lock_timeout``), class 08 connection
+exceptions, 57P01-57P03 server shutting down, and operational errors without a SQLSTATE
+(a connection lost mid-statement).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from headwater.schema.model import BINARY_TYPES, Column, TableDef, parse_column_type
+from headwater.sinks.base import ConnectionOptions, SinkCapabilities
+from headwater.sinks.sql import SqlDialect, SqlSinkConfig
+
+__all__ = ["RETRYABLE_SQLSTATES", "PostgresDialect", "pg_type"]
+
+RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03"})
+
+_SIMPLE = {
+    "tinyint": "smallint",
+    "mediumint": "integer",
+    "float": "real",
+    "double": "double precision",
+    "bit": "bigint",
+    "year": "smallint",
+    "date": "date",
+    "time": "interval",
+    "tinytext": "text",
+    "text": "text",
+    "mediumtext": "text",
+    "longtext": "text",
+    "enum": "text",
+    "set": "text",
+    "json": "jsonb",
+    "vector": "double precision[]",
+}
+_UNSIGNED = {
+    "smallint": ("smallint", "integer"),
+    "int": ("integer", "bigint"),
+    "bigint": ("bigint", "numeric(20)"),
+}
+_GEOMETRY = frozenset(
+    {
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+    }
+)
+
+
+def pg_type(col: Column) -> str:
+    """The PostgreSQL type of a MySQL column (module docstring)."""
+    kind = col.data_type
+    if kind in _UNSIGNED:
+        return _UNSIGNED[kind][col.unsigned]
+    if kind in _SIMPLE:
+        return _SIMPLE[kind]
+    _, args, _, _ = parse_column_type(col.column_type)
+    if kind == "decimal":
+        return f"numeric({args[0]},{args[1]})" if len(args) == 2 else "numeric"
+    if kind in ("datetime", "timestamp"):
+        base = "timestamp" if kind == "datetime" else "timestamptz"
+        return f"{base}({args[0]})" if args else base
+    if kind in ("char", "varchar"):
+        return f"varchar({args[0]})" if args else "text"
+    if kind in BINARY_TYPES or kind in _GEOMETRY or col.charset == "binary":
+        return "bytea"
+    return "text"
+
+
+class PostgresDialect(SqlDialect):
+    capabilities: ClassVar[SinkCapabilities]  # set by headwater.sinks.postgres.factory
+    quote_char = '"'
+    text_bytes = False
+
+    def connect(self, options: ConnectionOptions, config: SqlSinkConfig) -> Any:
+        import psycopg
+
+        conn = psycopg.connect(
+            host=options.host,
+            port=options.port,
+            user=options.user,
+            password=options.password() or None,
+            dbname=options.database,
+            connect_timeout=max(1, int(options.connect_timeout_s)),
+            autocommit=False,
+        )
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET TIME ZONE 'UTC'")
+                for name, value in options.session:
+                    cur.execute("SELECT set_config(%s, %s, false)", (name, str(value)))
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def retryable(self, exc: BaseException) -> bool | None:
+        import psycopg
+
+        if not isinstance(exc, psycopg.Error):
+            return None
+        state = exc.sqlstate
+        if state is None:
+            return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+        return state in RETRYABLE_SQLSTATES or state.startswith("08")
+
+    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str], rows: int) -> str:
+        cols = ", ".join(self.ident(c) for c in columns)
+        one = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        update = [c for c in columns if c not in key]
+        conflict = ", ".join(self.ident(c) for c in key)
+        action = (
+            "DO UPDATE SET "
+            + ", ".join(f"{self.ident(c)} = EXCLUDED.{self.ident(c)}" for c in update)
+            if update
+            else "DO NOTHING"
+        )
+        return (
+            f"INSERT INTO {table} ({cols}) VALUES {', '.join([one] * rows)}"
+            f" ON CONFLICT ({conflict}) {action}"
+        )
+
+    def create_table_sql(self, schema: str, tdef: TableDef) -> list[str]:
+        lines = []
+        for col in tdef.columns:
+            text = f"{self.ident(col.name)} {pg_type(col)}"
+            if not col.nullable:
+                text += " NOT NULL"
+            lines.append(text)
+        if tdef.primary_key:
+            lines.append(f"PRIMARY KEY ({', '.join(self.ident(c) for c in tdef.primary_key)})")
+        return [
+            f"CREATE SCHEMA IF NOT EXISTS {self.ident(schema)}",
+            f"CREATE TABLE IF NOT EXISTS {self.table_ref(schema, tdef.table)} ({', '.join(lines)})",
+        ]
+
+    def checkpoint_setup_sql(self, schema: str) -> list[str]:
+        return [
+            f"CREATE SCHEMA IF NOT EXISTS {self.ident(schema)}",
+            f"CREATE TABLE IF NOT EXISTS {self.table_ref(schema, 'headwater_checkpoint')} ("
+            "pipeline varchar(190) NOT NULL, source varchar(190) NOT NULL, shard integer NOT NULL,"
+            " batch_id bigint NOT NULL, max_sequence bigint NOT NULL,"
+            " applies bigint NOT NULL, rows_applied bigint NOT NULL,"
+            " applied_at timestamptz(6) NULL,"
+            " PRIMARY KEY (pipeline, source, shard))",
+        ]
+
+    def insert_missing_sql(self, table: str) -> str:
+        return (
+            f"INSERT INTO {table} (pipeline, source, shard, batch_id, max_sequence,"
+            " applies, rows_applied, applied_at) VALUES (%s, %s, %s, -1, -1, 0, 0, NULL)"
+            " ON CONFLICT DO NOTHING"
+        )

@@ -1,0 +1,603 @@
+"""The exactly-once apply loop every SQL sink shares; dialects supply the SQL.
+
+One call applies one shard's changes in **one transaction** (DESIGN.md, decision 5)::
+
+    BEGIN
+      INSERT-if-missing + SELECT ... FOR UPDATE  the shard's checkpoint row per source
+      drop key events with sequence <= that row's max_sequence     (already applied)
+      collapse the rest to one net effect per key                  (headwater.sinks.merge)
+      per table: batched DELETE ... WHERE (k1, k2) IN (...), then batched upserts
+      UPDATE the checkpoint row: max_sequence, batch_id, applies + 1, rows, applied_at
+    COMMIT
+
+The checkpoint table (``<checkpoint_database>.headwater_checkpoint``, layout in
+docs/formats.md, "Sinks") is keyed ``(pipeline, source, shard)``. The shard's
+``max_sequence`` decides: a replayed batch (same batch id) or an older one holds only
+sequences at or below it and changes nothing; ``batch_id`` and ``applies`` record which
+batch advanced the row last and how many transactions ever did. Sequences of one source
+grow across batches, so this holds even when Spark's batch ids restart (a new checkpoint
+location) -- the reason the batch id is recorded, not compared.
+
+Deletes run before upserts: a row that moved to another key, or a unique value freed by
+a delete, must be gone before an upsert re-uses it. DDL (``op == "ddl"``) is applied
+outside the data transactions, in sequence order between them, with its own checkpoint
+row (shard ``-1``); see :meth:`SqlSink.apply_ddl`.
+
+Errors: the dialect classifies driver errors. Retryable ones (deadlock, lock wait
+timeout, lost connection, serialization failure) roll back, back off and redo the whole
+transaction on a fresh connection, up to ``RetryPolicy.attempts``; then
+:class:`~headwater.errors.TransientSinkError`. Any other database error rolls back and
+raises :class:`~headwater.errors.SinkError` naming the table, the key of the first row
+that fails on its own (each batched statement runs under a savepoint, so the failing
+batch is re-run row by row to find it) and the statement, with the sequence to resume
+from. Nothing of a failed transaction stays in the target.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from headwater.errors import ConfigError, SinkError, TransientSinkError
+from headwater.schema.model import TableDef
+from headwater.sinks.base import (
+    ApplyResult,
+    Change,
+    ConnectionOptions,
+    DdlMode,
+    RetryPolicy,
+    SchemaSource,
+    SinkCapabilities,
+    as_change,
+    map_database,
+)
+from headwater.sinks.merge import DELETE, KeyEvent, NetEffect, collapse, explode
+from headwater.sinks.values import ValueRules, converter
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["DDL_SHARD", "SqlDialect", "SqlSink", "SqlSinkConfig"]
+
+log = logging.getLogger(__name__)
+
+#: The checkpoint shard of DDL statements.
+DDL_SHARD = -1
+
+OnRetry = Callable[[int, BaseException], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SqlSinkConfig:
+    """Options of a SQL sink (plain data: picklable, no secrets).
+
+    ``pipeline`` names the pipeline in the checkpoint table (two pipelines into one target
+    keep separate checkpoints). ``database_map`` pairs ``(source database, target
+    database)`` (PostgreSQL: target schema). ``shards`` is how many partitions the Spark
+    glue applies in parallel (fixed for a pipeline's life: checkpoints are per shard).
+    ``batch_rows`` caps the rows of one statement. ``zero_dates``: ``keep``, ``null`` or
+    ``fail`` (the dialect's capabilities say which it accepts).
+    """
+
+    pipeline: str
+    connection: ConnectionOptions
+    schema: SchemaSource
+    database_map: tuple[tuple[str, str], ...] = ()
+    checkpoint_database: str = "headwater"
+    shards: int = 2
+    batch_rows: int = 500
+    ddl: DdlMode = DdlMode.SKIP
+    create_tables: bool = False
+    zero_dates: str = "null"
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+class SqlDialect(ABC):
+    """The SQL and driver specifics of one kind of target. Stateless: one instance per
+    module, pickled by reference."""
+
+    capabilities: ClassVar[SinkCapabilities]
+    quote_char: ClassVar[str]
+    text_bytes: ClassVar[bool]
+
+    def ident(self, name: str) -> str:
+        q = self.quote_char
+        return q + name.replace(q, q + q) + q
+
+    def table_ref(self, schema: str, table: str) -> str:
+        return f"{self.ident(schema)}.{self.ident(table)}"
+
+    @abstractmethod
+    def connect(self, options: ConnectionOptions, config: SqlSinkConfig) -> Any:
+        """A DB-API connection, autocommit off, session in UTC."""
+
+    @abstractmethod
+    def retryable(self, exc: BaseException) -> bool | None:
+        """True: retry; False: a database error that retrying cannot fix; None: not a
+        database error at all."""
+
+    @abstractmethod
+    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str], rows: int) -> str:
+        """An insert-or-update of ``rows`` rows with ``%s`` placeholders."""
+
+    @abstractmethod
+    def create_table_sql(self, schema: str, tdef: TableDef) -> list[str]:
+        """``CREATE ... IF NOT EXISTS`` statements for the target schema and table."""
+
+    @abstractmethod
+    def checkpoint_setup_sql(self, schema: str) -> list[str]:
+        """Statements creating the checkpoint table if missing."""
+
+    @abstractmethod
+    def insert_missing_sql(self, table: str) -> str:
+        """Insert a checkpoint row ``(pipeline, source, shard)`` unless it exists."""
+
+    def ddl_statements(self, change: Change, config: SqlSinkConfig) -> list[str]:
+        raise SinkError("this target cannot apply source DDL", table=change.table_name)
+
+    def delete_sql(self, table: str, key: Sequence[str], rows: int) -> str:
+        cols = ", ".join(self.ident(c) for c in key)
+        if len(key) == 1:
+            return f"DELETE FROM {table} WHERE {cols} IN ({', '.join(['%s'] * rows)})"
+        one = "(" + ", ".join(["%s"] * len(key)) + ")"
+        return f"DELETE FROM {table} WHERE ({cols}) IN ({', '.join([one] * rows)})"
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+@dataclass(frozen=True)
+class _Write:
+    """One table's net effects, ready to bind."""
+
+    table: str  # target reference, quoted
+    name: str  # source db.table, for messages
+    key: tuple[str, ...]
+    columns: tuple[str, ...]
+    deletes: list[tuple[NetEffect, list[Any]]]
+    upserts: list[tuple[NetEffect, list[Any]]]
+
+
+class SqlSink:
+    """A SQL sink: ``config`` plus its ``dialect``. Picklable; opens connections per call."""
+
+    dialect: ClassVar[SqlDialect]
+
+    def __init__(self, config: SqlSinkConfig) -> None:
+        caps = self.dialect.capabilities
+        if config.ddl not in caps.ddl_modes:
+            raise ConfigError(f"{caps.name} sinks do not support ddl: {config.ddl}", field="ddl")
+        if config.zero_dates not in caps.zero_dates:
+            raise ConfigError(
+                f"{caps.name} sinks accept zero_dates in {sorted(caps.zero_dates)}",
+                field="zero_dates",
+            )
+        if config.shards < 1 or config.batch_rows < 1:
+            raise ConfigError("shards and batch_rows must be positive", field="shards")
+        self.config = config
+
+    def __repr__(self) -> str:
+        c = self.config.connection
+        return f"{type(self).__name__}({self.config.pipeline!r}, {c.host}:{c.port})"
+
+    @property
+    def capabilities(self) -> SinkCapabilities:
+        return self.dialect.capabilities
+
+    # -- connections and retries -----------------------------------------------------------
+
+    def connect(self) -> Any:
+        """A new connection to the target (autocommit off, UTC session)."""
+        return self.dialect.connect(self.config.connection, self.config)
+
+    def _with_retries(
+        self,
+        work: Callable[[Any], Any],
+        *,
+        what: str,
+        connection: Any = None,
+        on_retry: OnRetry | None = None,
+        resume: int | None = None,
+    ) -> tuple[Any, int]:
+        policy = self.config.retry
+        attempt = 0
+        while True:
+            attempt += 1
+            conn = connection if connection is not None else self.connect()
+            try:
+                result = work(conn)
+                conn.commit()
+                return result, attempt
+            except BaseException as exc:
+                _rollback(conn)
+                verdict = self.dialect.retryable(exc)
+                if not verdict:
+                    raise
+                if connection is not None or attempt >= policy.attempts:
+                    raise TransientSinkError(
+                        f"{what}: {_describe(exc)} (gave up after {attempt} attempts)",
+                        resume_sequence=resume,
+                    ) from exc
+                log.warning(
+                    "%s: %s; retry %d of %d", what, _describe(exc), attempt, policy.attempts
+                )
+                if on_retry is not None:
+                    on_retry(attempt, exc)
+                time.sleep(policy.delay(attempt, random.random()))
+            finally:
+                if connection is None:
+                    _close(conn)
+
+    # -- the plain Python entry point -----------------------------------------------------
+
+    def setup(self, connection: Any = None) -> None:
+        """Create the checkpoint table if missing (idempotent; ``apply_changes`` calls it)."""
+
+        def work(conn: Any) -> None:
+            with conn.cursor() as cur:
+                for sql in self.dialect.checkpoint_setup_sql(self.config.checkpoint_database):
+                    cur.execute(sql)
+
+        self._with_retries(work, what="checkpoint setup", connection=connection)
+
+    def apply_changes(
+        self,
+        rows: Iterable[Any],
+        batch_id: int,
+        shard: int = 0,
+        *,
+        connection: Any = None,
+        on_retry: OnRetry | None = None,
+    ) -> ApplyResult:
+        """Apply one shard's change rows exactly once; DDL among them in sequence order.
+
+        ``rows`` are change-row dicts, :class:`~headwater.changes.ChangeRow` or Spark
+        ``Row`` values of the shard (see :func:`headwater.sinks.merge.route` to split a
+        stream). ``connection`` (tests, or a caller's pool) is used instead of new ones and
+        is not retried on; ``on_retry(attempt, error)`` is called before each retry.
+        """
+        changes = sorted((as_change(r) for r in rows), key=lambda c: c.sequence)
+        self.setup(connection)
+        result = ApplyResult(shard, batch_id)
+        segment: list[KeyEvent] = []
+        for change in changes:
+            if change.op != "ddl":
+                segment.extend(explode(change))
+                continue
+            result = _merge(
+                result, self.apply_events(segment, batch_id, shard, connection, on_retry)
+            )
+            segment = []
+            self.apply_ddl(change, batch_id, connection=connection)
+        return _merge(result, self.apply_events(segment, batch_id, shard, connection, on_retry))
+
+    # -- the shard transaction ------------------------------------------------------------
+
+    def apply_events(
+        self,
+        events: Sequence[KeyEvent],
+        batch_id: int,
+        shard: int,
+        connection: Any = None,
+        on_retry: OnRetry | None = None,
+    ) -> ApplyResult:
+        """Apply key events of one shard in one transaction (module docstring)."""
+        if not events:
+            return ApplyResult(shard, batch_id, attempts=0)
+        resume = min(e.sequence for e in events)
+        if self.config.create_tables:
+            self._create_tables(events, connection)
+
+        def work(conn: Any) -> ApplyResult:
+            return self._transaction(conn, events, batch_id, shard)
+
+        result, attempts = self._with_retries(
+            work,
+            what=f"apply shard {shard} of batch {batch_id}",
+            connection=connection,
+            on_retry=on_retry,
+            resume=resume,
+        )
+        return ApplyResult(
+            shard,
+            batch_id,
+            result.upserts,
+            result.deletes,
+            result.skipped,
+            result.checkpoints,
+            attempts,
+        )
+
+    def _transaction(
+        self, conn: Any, events: Sequence[KeyEvent], batch_id: int, shard: int
+    ) -> ApplyResult:
+        ckpt = self.dialect.table_ref(self.config.checkpoint_database, "headwater_checkpoint")
+        pipeline = self.config.pipeline
+        sources = sorted({e.source for e in events})
+        applied: dict[str, int] = {}
+        with conn.cursor() as cur:
+            for source in sources:
+                cur.execute(self.dialect.insert_missing_sql(ckpt), (pipeline, source, shard))
+                cur.execute(
+                    f"SELECT max_sequence FROM {ckpt} WHERE pipeline = %s AND source = %s"
+                    " AND shard = %s FOR UPDATE",
+                    (pipeline, source, shard),
+                )
+                applied[source] = int(cur.fetchone()[0])
+            todo = [e for e in events if e.sequence > applied[e.source]]
+            skipped = len(events) - len(todo)
+            if not todo:
+                return ApplyResult(shard, batch_id, skipped=skipped, checkpoints=applied)
+            effects = collapse(todo)
+            writes = self._writes(effects, batch_id, shard)
+            upserts = deletes = 0
+            for write in writes:
+                deletes += self._run(cur, write, write.deletes, batch_id, shard, delete=True)
+            for write in writes:
+                upserts += self._run(cur, write, write.upserts, batch_id, shard, delete=False)
+            for source in sources:
+                mine = [e.sequence for e in todo if e.source == source]
+                if not mine:
+                    continue
+                applied[source] = max(mine)
+                cur.execute(
+                    f"UPDATE {ckpt} SET batch_id = %s, max_sequence = %s, applies = applies + 1,"
+                    " rows_applied = %s, applied_at = CURRENT_TIMESTAMP(6)"
+                    " WHERE pipeline = %s AND source = %s AND shard = %s",
+                    (batch_id, applied[source], len(mine), pipeline, source, shard),
+                )
+        return ApplyResult(shard, batch_id, upserts, deletes, skipped, applied)
+
+    def _writes(self, effects: list[NetEffect], batch_id: int, shard: int) -> list[_Write]:
+        rules = ValueRules(self.config.zero_dates, self.dialect.text_bytes)
+        groups: dict[tuple[str, str, tuple[str, ...]], _Write] = {}
+        for effect in effects:
+            tdef = self._table_def(effect, batch_id, shard)
+            names = tuple(effect.key) if effect.action == DELETE else tuple(effect.image or ())
+            # One statement shape per column set (MINIMAL images vary), in table order.
+            columns = tuple(c.name for c in tdef.columns if c.name in names)
+            unknown = set(names) - set(columns)
+            if unknown:
+                raise SinkError(
+                    f"columns {sorted(unknown)} are not in the table definition",
+                    table=effect.table_name,
+                    key=effect.key,
+                    shard=shard,
+                    batch_id=batch_id,
+                    resume_sequence=effect.first_sequence,
+                )
+            gkey = (effect.database, effect.table, columns if effect.action != DELETE else ())
+            write = groups.get(gkey)
+            if write is None:
+                target = map_database(self.config.database_map, effect.database)
+                write = groups[gkey] = _Write(
+                    self.dialect.table_ref(target, effect.table),
+                    effect.table_name,
+                    tuple(effect.key),
+                    columns,
+                    [],
+                    [],
+                )
+            source = effect.key if effect.action == DELETE else effect.image or {}
+            try:
+                values = [converter(tdef.column(c), rules)(source[c]) for c in columns]  # type: ignore[arg-type]
+            except (ValueError, TypeError) as exc:
+                raise SinkError(
+                    f"cannot convert a value: {exc}",
+                    table=effect.table_name,
+                    key=effect.key,
+                    shard=shard,
+                    batch_id=batch_id,
+                    resume_sequence=effect.first_sequence,
+                ) from None
+            (write.deletes if effect.action == DELETE else write.upserts).append((effect, values))
+        return list(groups.values())
+
+    def _table_def(self, effect: NetEffect, batch_id: int, shard: int) -> TableDef:
+        tdef = self.config.schema.table_at(effect.database, effect.table, effect.position)
+        if tdef is None:
+            raise SinkError(
+                f"no table definition at position {effect.position}",
+                table=effect.table_name,
+                key=effect.key,
+                shard=shard,
+                batch_id=batch_id,
+                resume_sequence=effect.first_sequence,
+            )
+        return tdef
+
+    def _run(
+        self,
+        cur: Any,
+        write: _Write,
+        rows: list[tuple[NetEffect, list[Any]]],
+        batch_id: int,
+        shard: int,
+        *,
+        delete: bool,
+    ) -> int:
+        if not rows:
+            return 0
+        width = len(write.key) if delete else len(write.columns)
+        size = max(1, min(self.config.batch_rows, self.dialect.capabilities.max_params // width))
+        for chunk in _chunks(rows, size):
+            sql = self._statement(write, len(chunk), delete=delete)
+            params = [v for _, values in chunk for v in values]
+            cur.execute("SAVEPOINT hw_batch")
+            try:
+                cur.execute(sql, params)
+            except Exception as exc:
+                if self.dialect.retryable(exc) is not False:
+                    raise
+                cur.execute("ROLLBACK TO SAVEPOINT hw_batch")
+                raise self._locate(cur, write, chunk, exc, batch_id, shard, delete) from exc
+        return len(rows)
+
+    def _statement(self, write: _Write, n: int, *, delete: bool) -> str:
+        if delete:
+            return self.dialect.delete_sql(write.table, write.key, n)
+        return self.dialect.upsert_sql(write.table, write.columns, write.key, n)
+
+    def _locate(
+        self,
+        cur: Any,
+        write: _Write,
+        chunk: Sequence[tuple[NetEffect, list[Any]]],
+        exc: BaseException,
+        batch_id: int,
+        shard: int,
+        delete: bool,
+    ) -> SinkError:
+        """The error of the first row of a failed batch that fails on its own."""
+        one = self._statement(write, 1, delete=delete)
+        culprit, cause = chunk[0][0], exc
+        for effect, values in chunk:
+            cur.execute("SAVEPOINT hw_row")
+            try:
+                cur.execute(one, values)
+            except Exception as row_exc:
+                if self.dialect.retryable(row_exc) is not False:
+                    raise
+                culprit, cause = effect, row_exc
+                break
+            finally:
+                cur.execute("ROLLBACK TO SAVEPOINT hw_row")
+        return SinkError(
+            _describe(cause),
+            table=write.name,
+            key=culprit.key,
+            statement=one,
+            shard=shard,
+            batch_id=batch_id,
+            resume_sequence=min(e.first_sequence for e, _ in chunk),
+        )
+
+    def _create_tables(self, events: Sequence[KeyEvent], connection: Any) -> None:
+        seen: dict[tuple[str, str], KeyEvent] = {}
+        for ev in events:
+            seen.setdefault((ev.database, ev.table), ev)
+
+        def work(conn: Any) -> None:
+            with conn.cursor() as cur:
+                for (db, table), ev in seen.items():
+                    tdef = self.config.schema.table_at(db, table, ev.position)
+                    if tdef is None:
+                        raise SinkError(
+                            f"no table definition at {ev.position}", table=f"{db}.{table}"
+                        )
+                    target = map_database(self.config.database_map, db)
+                    for sql in self.dialect.create_table_sql(target, tdef):
+                        cur.execute(sql)
+
+        self._with_retries(work, what="create tables", connection=connection)
+
+    # -- DDL ------------------------------------------------------------------------------
+
+    def apply_ddl(self, change: Change, batch_id: int, *, connection: Any = None) -> bool:
+        """Apply one DDL change per ``config.ddl``; True when it ran now.
+
+        ``skip`` ignores it, ``fail`` raises :class:`SinkError`. ``apply`` runs the
+        statement (database names mapped) unless the DDL checkpoint row (shard ``-1``)
+        shows its sequence applied, then advances that row. DDL commits on its own in
+        MySQL, so a crash between the statement and the checkpoint update replays the
+        statement once: the error it then raises (such as "table exists") is reported.
+        """
+        mode = DdlMode(self.config.ddl)
+        if mode is DdlMode.SKIP:
+            return False
+        if mode is DdlMode.FAIL:
+            raise SinkError(
+                "DDL change stopped the sink (ddl: fail)",
+                table=change.table_name or change.database,
+                statement=change.sql,
+                batch_id=batch_id,
+                resume_sequence=change.sequence,
+            )
+        ckpt = self.dialect.table_ref(self.config.checkpoint_database, "headwater_checkpoint")
+        key = (self.config.pipeline, change.source, DDL_SHARD)
+
+        def work(conn: Any) -> bool:
+            with conn.cursor() as cur:
+                cur.execute(self.dialect.insert_missing_sql(ckpt), key)
+                cur.execute(
+                    f"SELECT max_sequence FROM {ckpt} WHERE pipeline = %s AND source = %s"
+                    " AND shard = %s",
+                    key,
+                )
+                if int(cur.fetchone()[0]) >= change.sequence:
+                    return False
+                conn.commit()
+                for sql in self.dialect.ddl_statements(change, self.config):
+                    try:
+                        cur.execute(sql)
+                    except Exception as exc:
+                        if self.dialect.retryable(exc) is not False:
+                            raise
+                        raise SinkError(
+                            f"DDL failed: {_describe(exc)}",
+                            table=change.table_name or change.database,
+                            statement=change.sql,
+                            batch_id=batch_id,
+                            resume_sequence=change.sequence,
+                        ) from exc
+                cur.execute(
+                    f"UPDATE {ckpt} SET batch_id = %s, max_sequence = %s, applies = applies + 1,"
+                    " rows_applied = 1, applied_at = CURRENT_TIMESTAMP(6)"
+                    " WHERE pipeline = %s AND source = %s AND shard = %s",
+                    (batch_id, change.sequence, *key),
+                )
+                return True
+
+        ran, _ = self._with_retries(
+            work,
+            what=f"DDL at sequence {change.sequence}",
+            connection=connection,
+            resume=change.sequence,
+        )
+        return bool(ran)
+
+    # -- Spark ----------------------------------------------------------------------------
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> None:
+        """``foreachBatch`` body: route by key hash into ``config.shards`` partitions, apply
+        each in parallel on the executors, DDL in order on the driver (headwater.sinks.glue)."""
+        from headwater.sinks.glue import write_sql_batch
+
+        write_sql_batch(self, df, batch_id)
+
+
+def _merge(a: ApplyResult, b: ApplyResult) -> ApplyResult:
+    return ApplyResult(
+        a.shard,
+        a.batch_id,
+        a.upserts + b.upserts,
+        a.deletes + b.deletes,
+        a.skipped + b.skipped,
+        {**a.checkpoints, **b.checkpoints},
+        max(a.attempts, b.attempts),
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def _rollback(conn: Any) -> None:
+    try:
+        conn.rollback()
+    except Exception:  # a lost connection cannot roll back; the server already did
+        log.debug("rollback failed", exc_info=True)
+
+
+def _close(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:
+        log.debug("close failed", exc_info=True)
