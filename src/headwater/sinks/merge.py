@@ -172,18 +172,20 @@ def collapse(events: Iterable[KeyEvent]) -> list[NetEffect]:
 
 def _net(evs: list[KeyEvent]) -> NetEffect | None:
     first, last = evs[0], evs[-1]
+    image: dict[str, Any] | None = None
     if last.kind == DELETE:
         if first.created:
             return None
-        action, image = DELETE, None
+        action = DELETE
     else:
         action = UPSERT
-        image: dict[str, Any] | None = {}
+        merged: dict[str, Any] = {}
         for ev in evs:  # merge the puts since the last delete (MINIMAL images)
             if ev.kind == DELETE:
-                image = {}
-            elif image is not None:
-                image.update(ev.image or {})
+                merged = {}
+            else:
+                merged.update(ev.image or {})
+        image = merged
     return NetEffect(
         last.source,
         last.database,

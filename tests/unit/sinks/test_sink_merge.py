@@ -1,0 +1,196 @@
+"""Net-effect collapse (headwater.sinks.merge): the batch's net effect equals its changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from headwater.errors import SinkError
+from headwater.position import Position
+from headwater.sinks.base import Change, as_change
+from headwater.sinks.merge import (
+    DELETE,
+    UPSERT,
+    NetEffect,
+    collapse,
+    explode,
+    key_id,
+    route,
+    shard_of,
+)
+
+POS = Position(0, 1, 4, 0)
+
+
+def change(op: str, seq: int, key: dict[str, Any] | None, before: Any, after: Any) -> Change:
+    return Change("src", "shop", "t", op, seq, POS, key, before, after)
+
+
+def net(changes: list[Change]) -> list[NetEffect]:
+    return collapse(ev for c in changes for ev in explode(c))
+
+
+def apply_net(state: dict[str, dict[str, Any]], effects: list[NetEffect]) -> None:
+    for e in effects:
+        if e.action == DELETE:
+            state.pop(e.key_id, None)
+        else:
+            state[e.key_id] = {**state.get(e.key_id, {}), **(e.image or {})}
+
+
+def apply_one(state: dict[str, dict[str, Any]], c: Change) -> None:
+    """The reference: what a target does with each change, in order."""
+    if c.op == "delete":
+        state.pop(key_id(c.key or {}), None)
+        return
+    if c.op == "update":
+        state.pop(key_id({"id": (c.before or {})["id"]}), None)
+    state[key_id(c.key or {})] = dict(c.after or {})
+
+
+def test_insert_update_delete_of_one_key_is_nothing() -> None:
+    rows = [
+        change("insert", 1, {"id": 1}, None, {"id": 1, "v": "a"}),
+        change("update", 2, {"id": 1}, {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),
+        change("delete", 3, {"id": 1}, {"id": 1, "v": "b"}, None),
+    ]
+    assert net(rows) == []
+
+
+def test_update_of_the_key_is_delete_of_old_and_upsert_of_new() -> None:
+    rows = [change("update", 7, {"id": 2}, {"id": 1, "v": "a"}, {"id": 2, "v": "a"})]
+    effects = net(rows)
+    assert [(e.action, e.key) for e in effects] == [(DELETE, {"id": 1}), (UPSERT, {"id": 2})]
+    assert effects[1].image == {"id": 2, "v": "a"}
+
+
+def test_delete_then_insert_is_an_upsert_of_the_new_image() -> None:
+    rows = [
+        change("delete", 1, {"id": 1}, {"id": 1, "v": "a"}, None),
+        change("insert", 2, {"id": 1}, None, {"id": 1, "v": "z"}),
+    ]
+    (effect,) = net(rows)
+    assert (effect.action, effect.image, effect.first_sequence, effect.last_sequence) == (
+        UPSERT,
+        {"id": 1, "v": "z"},
+        1,
+        2,
+    )
+
+
+def test_minimal_images_merge_the_columns_of_each_update() -> None:
+    rows = [
+        change("update", 1, {"id": 1}, {"id": 1}, {"id": 1, "a": 1}),
+        change("update", 2, {"id": 1}, {"id": 1}, {"id": 1, "b": None}),
+    ]
+    (effect,) = net(rows)
+    assert effect.image == {"id": 1, "a": 1, "b": None}
+
+
+def test_order_comes_from_sequence_not_from_input_order() -> None:
+    rows = [
+        change("update", 5, {"id": 1}, {"id": 1, "v": 1}, {"id": 1, "v": 2}),
+        change("update", 4, {"id": 1}, {"id": 1, "v": 0}, {"id": 1, "v": 1}),
+    ]
+    (effect,) = net(rows)
+    assert effect.image == {"id": 1, "v": 2}
+
+
+def test_a_table_without_primary_key_is_refused_with_its_name() -> None:
+    with pytest.raises(SinkError, match=r"no primary key.*table shop\.t"):
+        explode(change("insert", 1, None, None, {"v": 1}))
+
+
+def test_change_rows_as_json_text_are_accepted() -> None:
+    c = as_change(
+        {
+            "source": "s",
+            "database": "shop",
+            "table": "t",
+            "op": "insert",
+            "sequence": 9,
+            "change_id": 0,
+            "file_num": 1,
+            "offset": 4,
+            "event_index": 2,
+            "key": '{"id": 1}',
+            "before": None,
+            "after": '{"id": 1, "d": "1.50"}',
+        }
+    )
+    assert (c.key, c.after, c.position) == ({"id": 1}, {"id": 1, "d": "1.50"}, Position(0, 1, 4, 2))
+
+
+def test_shard_hash_is_the_http_api_formula() -> None:
+    # docs/formats.md, "Sharding": crc32c("shop"/"orders"/42/"ann") is 0xF4E5EDAF
+    assert shard_of("shop", "orders", {"id": 42, "name": "ann"}, 2**32) == 0xF4E5EDAF
+
+
+def test_routing_sends_the_old_key_delete_to_the_old_keys_shard() -> None:
+    c = change("update", 3, {"id": 2}, {"id": 1, "v": 0}, {"id": 2, "v": 0})
+    routed = list(route([c], 16))
+    assert [(s, ev.kind) for s, ev in routed] == [
+        (shard_of("shop", "t", {"id": 1}, 16), DELETE),
+        (shard_of("shop", "t", {"id": 2}, 16), "put"),
+    ]
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[dict[str, dict[str, Any]], list[Change]]:
+    """An initial state and a valid sequence of changes on it (keys 0..4)."""
+    keys = range(5)
+    values = st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=2))
+    initial = {k: {"id": k, "v": draw(values)} for k in keys if draw(st.booleans())}
+    live = dict(initial)
+    changes: list[Change] = []
+    for seq in range(draw(st.integers(0, 25))):
+        present = sorted(live)
+        absent = [k for k in keys if k not in live]
+        ops = ["read"] + (["insert"] if absent else []) + (["update", "delete"] if present else [])
+        if present and absent:
+            ops.append("rekey")
+        op = draw(st.sampled_from(ops))
+        if op == "read":
+            k = draw(st.sampled_from(list(keys)))
+            live[k] = {"id": k, "v": draw(values)}
+            changes.append(change("read", seq, {"id": k}, None, live[k]))
+        elif op == "insert":
+            k = draw(st.sampled_from(absent))
+            live[k] = {"id": k, "v": draw(values)}
+            changes.append(change("insert", seq, {"id": k}, None, live[k]))
+        elif op == "update":
+            k = draw(st.sampled_from(present))
+            before, live[k] = live[k], {"id": k, "v": draw(values)}
+            changes.append(change("update", seq, {"id": k}, before, live[k]))
+        elif op == "delete":
+            k = draw(st.sampled_from(present))
+            changes.append(change("delete", seq, {"id": k}, live.pop(k), None))
+        else:
+            old, new = draw(st.sampled_from(present)), draw(st.sampled_from(absent))
+            before = live.pop(old)
+            live[new] = {**before, "id": new}
+            changes.append(change("update", seq, {"id": new}, before, live[new]))
+    state = {key_id({"id": k}): row for k, row in initial.items()}
+    return state, changes
+
+
+@settings(max_examples=400, deadline=None)
+@given(histories(), st.randoms())
+def test_net_effect_equals_applying_every_change_in_order(
+    history: tuple[dict[str, dict[str, Any]], list[Change]], rnd: Any
+) -> None:
+    initial, changes = history
+    expected = dict(initial)
+    for c in changes:
+        apply_one(expected, c)
+    shuffled = list(changes)
+    rnd.shuffle(shuffled)  # input order does not matter: sequence orders
+    got = dict(initial)
+    effects = net(shuffled)
+    rnd.shuffle(effects)  # net effects touch distinct keys: any order
+    apply_net(got, effects)
+    assert got == expected
+    assert len({e.key_id for e in effects}) == len(effects)
