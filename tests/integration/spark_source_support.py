@@ -50,7 +50,7 @@ TYPED_ROWS = [
     "(18446744073709551615, -2147483648, -128, 4294967295, -12345678.9012, 1.5e300,"
     " '2024-02-29 13:01:02.500001', '2022-04-20 22:18:04.123', '2024-02-29', '-838:59:59.00',"
     " 'caf\u00e9 \u00e0 la', 'snow \u2603 \U0001f600', x'00ff10', 'green', 'x,z',"
-    ' \'{"a": [1, 2]}\', 2155, b\'10100101\')',
+    " '{\"a\": [1, 2]}', 2155, b'10100101')",
     "(0, 2147483647, 127, 0, 0.0000, -0.25, '1000-01-01 00:00:00', '1970-01-02 00:00:00',"
     " '1000-01-01', '100:00:00.05', '', '', x'', 'red', '', '[]', 1901, b'0')",
     "(7, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
@@ -88,8 +88,18 @@ class Captured:
         return out
 
 
+_CAPTURED: dict[int, Captured] = {}
+
+
 def capture(mariadb: MariadbSandbox, base: Path) -> Captured:
-    """Run a reader task over the workload; return its directory once caught up."""
+    """Run a reader task over the workload once per server; return its directory once
+    caught up (the Spark source test modules share it: capturing takes seconds)."""
+    if id(mariadb) not in _CAPTURED:
+        _CAPTURED[id(mariadb)] = _capture(mariadb, base)
+    return _CAPTURED[id(mariadb)]
+
+
+def _capture(mariadb: MariadbSandbox, base: Path) -> Captured:
     mariadb.execute(f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}")
     task_dir = base / TASK
     config = source_config(

@@ -6,8 +6,8 @@ stored records (``decode_record`` + ``change_row_values``; spark_source_support.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ import pytest
 from headwater.sandbox import MariadbSandbox
 from headwater.server import ServerOptions, TaskHandle
 from headwater.server.app import HeadwaterServer
-from headwater.spark import register
+from headwater.spark import register, table_changes
 from headwater.spark.offsets import parse_options
 from headwater.spark.source import HeadwaterReader
 from tests.integration.spark_source_support import DB, TASK, Captured, capture, rows_of
@@ -44,7 +44,9 @@ def hw(spark: Any) -> Any:
 
 
 def read_path(hw: Any, captured: Captured, **options: str) -> Any:
-    return hw.read.format("headwater").option("path", str(captured.task_dir)).options(**options).load()
+    return (
+        hw.read.format("headwater").option("path", str(captured.task_dir)).options(**options).load()
+    )
 
 
 def test_batch_read_of_a_task_directory_equals_decode_record(hw: Any, captured: Captured) -> None:
@@ -88,3 +90,57 @@ def test_tables_filter_keeps_the_tables_and_ddl(hw: Any, captured: Captured) -> 
     assert got == captured.expected(tables=lambda d, t: (d, t) == (DB, "typed"))
     assert {(r[2], r[3]) for r in got} >= {("typed", "insert"), ("typed", "update"), ("", "ddl")}
     assert "acct" not in {r[2] for r in got}
+
+
+def _source_rows(mariadb: MariadbSandbox) -> dict[int, dict[str, Any]]:
+    conn = mariadb.connect(DB)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute("SELECT * FROM typed ORDER BY id")
+            names = [d[0] for d in cur.description]
+            return {row[0]: dict(zip(names, row, strict=True)) for row in cur.fetchall()}
+    finally:
+        conn.close()
+
+
+def test_table_changes_types_equal_the_source_rows(
+    hw: Any, captured: Captured, mariadb: MariadbSandbox
+) -> None:
+    from pyspark.sql import functions as F
+
+    df = read_path(hw, captured)
+    view = table_changes(df, f"{DB}.typed", schema=captured.task_dir)
+    after = view.schema["after"].dataType
+    assert [f.name for f in after.fields][:3] == ["id", "i", "ti"]
+    assert str(after["id"].dataType) == "DecimalType(20,0)"
+    assert str(after["dt"].dataType) == "TimestampNTZType()"
+    rows = view.withColumn("after_ts_us", F.unix_micros("after.ts")).orderBy("sequence").collect()
+    assert [r.op for r in rows] == ["insert", "insert", "insert", "update"]
+    assert (rows[3].before.u8, rows[3].after.u8) == ("", "upd\u00e9")
+    assert (rows[3].before.i, rows[3].after.i) == (2147483647, 2147483646)
+    final = {int(r.after.id): (r.after.asDict(), r.after_ts_us) for r in rows}
+    source = _source_rows(mariadb)
+    assert set(final) == set(source) == {0, 7, 18446744073709551615}
+    epoch = dt.datetime(1970, 1, 1)
+    for key, want in source.items():
+        got, got_ts_us = final[key]
+        got = dict(got)
+        # TIMESTAMP: an instant; compared as microseconds (the session and query are UTC)
+        want_ts = want.pop("ts")
+        del got["ts"]
+        assert got_ts_us == (
+            None if want_ts is None else (want_ts - epoch) // dt.timedelta(microseconds=1)
+        )
+        if got["b"] is not None:
+            got["b"] = bytes(got["b"])
+        if got["s"] is not None:
+            got["s"] = set(got["s"])
+        if want["bt"] is not None:
+            want["bt"] = int.from_bytes(want["bt"], "big")
+        if isinstance(want["s"], str):
+            want["s"] = set(want["s"].split(",")) - {""}
+        assert got == want, key
+    assert final[18446744073709551615][0]["tm"] == -dt.timedelta(hours=838, minutes=59, seconds=59)
+    assert final[0][0]["tm"] == dt.timedelta(hours=100, microseconds=50000)
+    assert final[18446744073709551615][0]["dt"] == dt.datetime(2024, 2, 29, 13, 1, 2, 500001)

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from headwater.spark.schema import CHANGE_COLUMNS, CHANGE_SCHEMA_DDL, change_arrow_schema, change_schema
+from headwater.spark.schema import (
+    CHANGE_COLUMNS,
+    CHANGE_SCHEMA_DDL,
+    change_arrow_schema,
+    change_schema,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -28,7 +28,7 @@ import tempfile
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -38,6 +38,9 @@ from headwater.errors import ConfigError, HeadwaterError, PositionNotRetainedErr
 from headwater.position import Position
 from headwater.spark.offsets import SourceOptions, start_request
 from headwater.store import LATEST, AtSeq, ChangeLog, Record, Start
+
+if TYPE_CHECKING:
+    from headwater.schema.history import SchemaHistory
 
 __all__ = ["HttpLog", "LocalLog", "LogAccess", "open_log"]
 
@@ -74,7 +77,7 @@ def open_log(options: SourceOptions, *, decoding: bool = True) -> LocalLog | Htt
     return HttpLog(options)
 
 
-def load_history(path: Path) -> SchemaLookup | None:
+def load_history(path: Path) -> SchemaHistory | None:
     """The schema history at ``path`` (None if missing), read from a private copy."""
     from headwater.schema.history import SchemaHistory
 

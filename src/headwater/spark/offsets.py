@@ -171,9 +171,10 @@ def _position_json(text: str, field: str) -> Position:
             doc["offset"],
             doc.get("event", doc.get("event_index", 0)),
         )
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+        if len(ints) != len(values):
             raise TypeError("change_id, file, offset and event must be integers >= 0")
-        return Position(*values)
+        return Position(*ints)
     except (orjson.JSONDecodeError, KeyError, TypeError) as e:
         raise ConfigError(
             f'expected a position object {{"change_id", "file", "offset", "event"}}: {e}',

@@ -51,7 +51,7 @@ __all__ = ["BATCH_ROWS", "LogSlice", "Scan", "plan_slices", "read_slice", "scan_
 BATCH_ROWS = 4096
 
 
-class LogSlice(InputPartition):  # type: ignore[misc]  # pyspark is untyped
+class LogSlice(InputPartition):
     """One input partition: the changes from ``lo`` up to, not including, ``hi``.
 
     ``lo``/``hi`` are ``(seq, row)``; ``index`` is the slice's place in its batch.
@@ -76,9 +76,7 @@ class Scan:
     sizes: list[tuple[int, int]]
 
 
-def changes_of(
-    record: Record, options: SourceOptions, log: LocalLog | HttpLog
-) -> list[ChangeRow]:
+def changes_of(record: Record, options: SourceOptions, log: LocalLog | HttpLog) -> list[ChangeRow]:
     """The record's changes, indexed as offsets count them (before the ``ddl`` option)."""
     want = None if options.tables.patterns is None else options.tables
     return decode_record(

@@ -57,7 +57,7 @@ __all__ = ["HeadwaterDataSource", "HeadwaterReader", "HeadwaterStreamReader"]
 log = logging.getLogger(__name__)
 
 
-class HeadwaterDataSource(DataSource):  # type: ignore[misc]  # pyspark is untyped
+class HeadwaterDataSource(DataSource):
     """``format("headwater")``: batch and streaming reads of a reader task's change log."""
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -104,7 +104,7 @@ class _Driver:
         self._log = None
 
 
-class HeadwaterReader(_Driver, DataSourceReader):  # type: ignore[misc]
+class HeadwaterReader(_Driver, DataSourceReader):
     """Batch read of ``[startingPosition, endingPosition)`` (default: all retained, up to
     the log's end when the query is planned)."""
 
@@ -127,7 +127,7 @@ class HeadwaterReader(_Driver, DataSourceReader):  # type: ignore[misc]
         return read_slice(partition)
 
 
-class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of the change log; offsets are :class:`LogOffset` dicts."""
 
     def __init__(self, options: SourceOptions) -> None:
