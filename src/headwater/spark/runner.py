@@ -107,10 +107,99 @@ def _ums_sink(cfg: SinkConfig, pipeline: PipelineConfig) -> BatchSink:
     return UmsFileSink(str(path), max_rows)  # type: ignore[return-value]
 
 
+_CONNECTION = {
+    "host",
+    "port",
+    "user",
+    "password_file",
+    "password_env",
+    "database",
+    "connect_timeout_s",
+    "session",
+}
+
+
+def _headwater_sink(cfg: SinkConfig, pipeline: PipelineConfig) -> Any:
+    """A sink of :data:`headwater.sinks.SINKS`: connection fields go to its
+    ``ConnectionOptions``, the rest to its config class (by field name); ``pipeline`` is
+    the pipeline's name and ``schema`` the source's schema history seen through the
+    transforms (``schema_file`` overrides the task directory's ``schema.jsonl``)."""
+    import dataclasses
+
+    from headwater.sinks import SINKS, ConnectionOptions, DdlMode, RetryPolicy, SchemaFile
+    from headwater.spark.transforms import TransformedSchema
+
+    sink_class, config_class, _ = SINKS[cfg.type].load()
+    names = {f.name for f in dataclasses.fields(config_class)}
+    allowed = (names - {"pipeline", "schema", "connection"}) | {"schema_file"}
+    if "connection" in names:
+        allowed |= _CONNECTION
+    f = _fields(cfg, allowed)
+    kw: dict[str, Any] = {}
+    where = f"{cfg.path}"
+    if "pipeline" in names:
+        kw["pipeline"] = pipeline.name
+    if "schema" in names:
+        schema_file = f.pop("schema_file", None)
+        path = Path(str(schema_file)) if schema_file else pipeline.source.schema_file
+        if path is None:
+            raise ConfigError(
+                "missing: schema_file (the reader task's schema.jsonl) for a server source",
+                line=cfg.line,
+                field=f"{where}.schema_file",
+            )
+        if not path.is_absolute():
+            path = Path(pipeline.file).resolve().parent / path
+        kw["schema"] = TransformedSchema(SchemaFile(str(path)), pipeline.transforms)
+    if "connection" in names:
+        conn = {k: f.pop(k) for k in list(f) if k in _CONNECTION}
+        if "session" in conn:
+            conn["session"] = tuple(dict(conn["session"]).items())
+        for k in ("password_file",):
+            if k in conn and not Path(str(conn[k])).is_absolute():
+                conn[k] = str(Path(pipeline.file).resolve().parent / str(conn[k]))
+        kw["connection"] = ConnectionOptions(**conn)
+    for key, value in f.items():
+        if key == "database_map":
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    "must map source databases to target databases",
+                    line=cfg.line,
+                    field=f"{where}.database_map",
+                )
+            value = tuple((str(a), str(b)) for a, b in value.items())
+        elif key == "ddl":
+            try:
+                value = DdlMode(value)
+            except ValueError:
+                raise ConfigError(
+                    f"expected one of {', '.join(m.value for m in DdlMode)}, got {value!r}",
+                    line=cfg.line,
+                    field=f"{where}.ddl",
+                ) from None
+        elif key == "retry":
+            value = RetryPolicy(**dict(value))
+        kw[key] = value
+    try:
+        return sink_class(config_class(**kw))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e), line=cfg.line, field=where) from None
+
+
 SinkFactory = Callable[[SinkConfig, PipelineConfig], Any]
 
-#: Sink ``type`` -> factory.
-SINK_FACTORIES: dict[str, SinkFactory] = {"ums": _ums_sink}
+
+def _factories() -> dict[str, SinkFactory]:
+    from headwater.sinks import SINKS
+
+    out: dict[str, SinkFactory] = dict.fromkeys(SINKS, _headwater_sink)
+    out["ums"] = _ums_sink
+    return out
+
+
+#: Sink ``type`` -> factory: every kind of :data:`headwater.sinks.SINKS` (``mysql``,
+#: ``postgres``, ``parquet_log``, ``parquet_mirror``) and ``ums`` (UMS JSON lines files).
+SINK_FACTORIES: dict[str, SinkFactory] = _factories()
 
 
 def build_sink(cfg: SinkConfig, pipeline: PipelineConfig) -> Any:

@@ -57,6 +57,7 @@ __all__ = [
     "RuleError",
     "RuleSpec",
     "TransformSpec",
+    "TransformedSchema",
     "apply_transforms",
     "image_sql",
     "row_op",
@@ -469,3 +470,102 @@ def _run(ops: list[RowOp], change: Change) -> Change | None:
         if current is None:
             return None
     return current
+
+
+# --- table definitions after the transforms -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TransformedSchema:
+    """Table definitions as the transforms leave them, for sinks that look tables up by
+    name (``table_at(database, table, position)``, like ``SchemaHistory``).
+
+    A name after renames is mapped back to the source table (renames of databases and
+    tables, undone in reverse order), whose definition at ``position`` is then edited as
+    the transforms edit images: columns renamed, included/excluded (primary key columns
+    always stay), computed columns added as ``longtext``, masked non-character columns
+    turned into ``varchar(255)`` (a mask yields text). User rules are opaque: a rule that
+    renames tables or adds columns is not reflected here.
+    """
+
+    base: Any
+    specs: tuple[TransformSpec, ...]
+
+    def table_at(self, database: str, table: str, position: Any) -> Any:
+        from dataclasses import replace
+
+        source = self._source_name(database, table)
+        tdef = self.base.table_at(source[0], source[1], position)
+        if tdef is None:
+            return None
+        name = source
+        columns = list(tdef.columns)
+        key = list(tdef.primary_key)
+        for spec in self.specs:
+            if isinstance(spec, RenameDatabaseSpec):
+                name = (spec.mapping.get(name[0], name[0]), name[1])
+                continue
+            if isinstance(spec, RenameTableSpec):
+                new = spec.mapping.get(f"{name[0]}.{name[1]}")
+                if new is not None:
+                    db, _, tbl = new.rpartition(".")
+                    name = (db or name[0], tbl)
+                continue
+            if isinstance(spec, (FilterSpec, RuleSpec)):
+                continue
+            if spec.tables and not _Tables(spec.tables)({"database": name[0], "table": name[1]}):
+                continue
+            columns, key = _edit_columns(spec, columns, key)
+        return replace(
+            tdef,
+            database=name[0],
+            table=name[1],
+            columns=tuple(columns),
+            primary_key=tuple(key),
+            unique_keys=(),
+        )
+
+    def _source_name(self, database: str, table: str) -> tuple[str, str]:
+        name = (database, table)
+        for spec in reversed(self.specs):
+            if isinstance(spec, RenameDatabaseSpec):
+                for old, new in spec.mapping.items():
+                    if new == name[0]:
+                        name = (old, name[1])
+                        break
+            elif isinstance(spec, RenameTableSpec):
+                for old, new in spec.mapping.items():
+                    db, _, tbl = new.rpartition(".")
+                    old_db, _, old_table = old.partition(".")
+                    if (db or old_db, tbl) == name:
+                        name = (old_db, old_table)
+                        break
+        return name
+
+
+def _edit_columns(
+    spec: TransformSpec, columns: list[Any], key: list[str]
+) -> tuple[list[Any], list[str]]:
+    from dataclasses import replace
+
+    from headwater.schema.model import Column
+
+    if isinstance(spec, IncludeSpec):
+        return [c for c in columns if c.name in spec.columns or c.name in key], key
+    if isinstance(spec, ExcludeSpec):
+        return [c for c in columns if c.name not in spec.columns or c.name in key], key
+    if isinstance(spec, RenameColumnsSpec):
+        m = spec.mapping
+        return [replace(c, name=m.get(c.name, c.name)) for c in columns], [m.get(k, k) for k in key]
+    if isinstance(spec, ComputeSpec):
+        kept = [c for c in columns if c.name not in spec.columns]
+        added = [Column(name, "longtext", "longtext") for name in spec.columns]
+        return kept + added, key
+    if isinstance(spec, MaskSpec):
+        return [
+            c
+            if c.name not in spec.columns or c.is_character
+            else replace(c, data_type="varchar", column_type="varchar(255)", unsigned=False)
+            for c in columns
+        ], key
+    return columns, key
