@@ -63,6 +63,7 @@ class SinkFactory:
     module: str
     sink_class: str
     config_class: str
+    capabilities_attr: str = "CAPABILITIES"
 
     def load(self) -> tuple[type[Any], type[Any], SinkCapabilities]:
         """``(sink class, config class, capabilities)``."""
@@ -71,7 +72,7 @@ class SinkFactory:
         return (
             getattr(factory, self.sink_class),
             getattr(config, self.config_class),
-            factory.CAPABILITIES,
+            getattr(factory, self.capabilities_attr),
         )
 
     @property
@@ -86,7 +87,13 @@ SINKS: dict[str, SinkFactory] = {
         SinkFactory("mysql", "headwater.sinks.mysql", "MysqlSink", "MysqlSinkConfig"),
         SinkFactory("postgres", "headwater.sinks.postgres", "PostgresSink", "PostgresSinkConfig"),
         SinkFactory("parquet_log", "headwater.sinks.files", "ParquetChangeLog", "ParquetLogConfig"),
-        SinkFactory("parquet_mirror", "headwater.sinks.files", "ParquetMirror", "MirrorConfig"),
+        SinkFactory(
+            "parquet_mirror",
+            "headwater.sinks.files",
+            "ParquetMirror",
+            "MirrorConfig",
+            "MIRROR_CAPABILITIES",
+        ),
     )
 }
 

@@ -1,0 +1,37 @@
+"""Options of the Parquet sinks: :class:`ParquetLogConfig`, :class:`MirrorConfig`.
+
+Paths are local (or shared POSIX) directories: publishing relies on ``os.replace`` being
+atomic within one file system.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from headwater.sinks.base import SchemaSource
+
+__all__ = ["MirrorConfig", "ParquetLogConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class ParquetLogConfig:
+    """The append-only change log: ``path`` is its root directory."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorConfig:
+    """The current state of each table as Parquet under ``path``.
+
+    Rows are spread over mirror partitions: by ``partition_column``'s value when set, else
+    by ``buckets`` hash buckets of the primary key. ``shards`` is how many Spark tasks
+    rewrite partitions in parallel. Needs FULL row images when ``partition_column`` is set
+    (the column must be in every image).
+    """
+
+    path: str
+    schema: SchemaSource
+    buckets: int = 8
+    partition_column: str | None = None
+    shards: int = 2

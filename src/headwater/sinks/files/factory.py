@@ -1,0 +1,33 @@
+"""The Parquet sinks: capabilities (data) and sink classes."""
+
+from __future__ import annotations
+
+from headwater.sinks.base import DdlMode, SinkCapabilities
+from headwater.sinks.files.changelog import ParquetChangeLog
+from headwater.sinks.files.mirror import ParquetMirror
+
+__all__ = [
+    "CAPABILITIES",
+    "LOG_CAPABILITIES",
+    "MIRROR_CAPABILITIES",
+    "ParquetChangeLog",
+    "ParquetMirror",
+]
+
+#: The change log keeps DDL rows as rows; replays replace a batch's files (idempotent).
+LOG_CAPABILITIES = SinkCapabilities(
+    name="parquet_log",
+    transactional=False,
+    applies_ddl=False,
+    ddl_modes=frozenset({DdlMode.SKIP}),
+    zero_dates=frozenset({"keep"}),
+)
+#: The mirror skips DDL (the next rewrite of a partition takes the new definition).
+MIRROR_CAPABILITIES = SinkCapabilities(
+    name="parquet_mirror",
+    transactional=False,
+    applies_ddl=False,
+    ddl_modes=frozenset({DdlMode.SKIP}),
+    zero_dates=frozenset({"null"}),
+)
+CAPABILITIES = LOG_CAPABILITIES

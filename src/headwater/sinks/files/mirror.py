@@ -1,0 +1,241 @@
+"""The Parquet mirror: each table's current state, rewritten per affected partition.
+
+Layout::
+
+    <path>/<database>/<table>/mirror_part=<value>/data.parquet
+
+``value`` is the hash bucket of the primary key (``shard_of(database, table, key,
+buckets)``, docs/formats.md "Sharding") or, with ``partition_column``, that column's value
+as text (percent-encoded; NULL is ``__HIVE_DEFAULT_PARTITION__``). Readers that discover
+partitions (Spark, DuckDB ``hive_partitioning``) also see a ``mirror_part`` column.
+
+Copy-on-write: a batch rewrites only the partitions its changes touch. A change touches
+the partition of its before image and that of its after image (a row whose key or
+partition column changes moves). Each touched partition is rewritten by one task: the
+current file is read, the changes it received are reduced to a net effect per key (a
+put whose image belongs elsewhere counts as a delete here: the row left), rows are
+written to a temporary file beside it and ``os.replace`` publishes it atomically. The
+file's key-value metadata ``headwater.max_sequence`` holds the last sequence applied to
+it; changes at or below it are skipped, so replaying a batch, or an older one, changes
+nothing.
+
+Column types (:func:`arrow_type`): integers ``int64`` (BIGINT UNSIGNED ``decimal(20,0)``),
+DECIMAL ``decimal(p,s)`` (p <= 38, else string), FLOAT/DOUBLE ``float32``/``float64``,
+DATE ``date32``, DATETIME ``timestamp[us]``, TIMESTAMP ``timestamp[us, UTC]``, TIME as
+its text ``[-]HH:MM:SS[.ffffff]``, binary types ``binary``, SET as ``a,b`` text,
+everything else ``string``. Zero dates become null.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import urllib.parse
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from crc32c import crc32c
+
+from headwater.schema.model import BINARY_TYPES, Column, TableDef, parse_column_type
+from headwater.sinks.base import Change, SinkCapabilities, as_change
+from headwater.sinks.merge import DELETE, PUT, KeyEvent, collapse, explode, shard_of
+from headwater.sinks.values import ValueRules, converter
+
+if TYPE_CHECKING:
+    import pyarrow
+    from pyspark.sql import DataFrame
+
+    from headwater.sinks.files.configuration import MirrorConfig
+
+__all__ = ["ParquetMirror", "arrow_type"]
+
+PartKey = tuple[str, str, str]  # database, table, partition value
+_META = b"headwater.max_sequence"
+_RULES = ValueRules(zero_dates="null", text_bytes=False)
+
+
+def arrow_type(col: Column) -> pyarrow.DataType:
+    """The Arrow type of a column in the mirror (module docstring)."""
+    import pyarrow as pa
+
+    kind = col.data_type
+    if kind == "bigint" and col.unsigned:
+        return pa.decimal128(20, 0)
+    if kind in ("tinyint", "smallint", "mediumint", "int", "bigint", "bit", "year"):
+        return pa.int64()
+    if kind == "decimal":
+        _, args, _, _ = parse_column_type(col.column_type)
+        p, s = (int(args[0]), int(args[1])) if len(args) == 2 else (10, 0)
+        return pa.decimal128(p, s) if p <= 38 else pa.string()
+    if kind in ("float", "double"):
+        return pa.float32() if kind == "float" else pa.float64()
+    if kind == "date":
+        return pa.date32()
+    if kind in ("datetime", "timestamp"):
+        return pa.timestamp("us", tz="UTC" if kind == "timestamp" else None)
+    if kind in BINARY_TYPES or col.charset == "binary":
+        return pa.binary()
+    return pa.string()
+
+
+class ParquetMirror:
+    """Sink: tables' current state as Parquet (module docstring)."""
+
+    def __init__(self, config: MirrorConfig) -> None:
+        self.config = config
+
+    @property
+    def capabilities(self) -> SinkCapabilities:
+        from headwater.sinks.files.factory import MIRROR_CAPABILITIES
+
+        return MIRROR_CAPABILITIES
+
+    def table_path(self, database: str, table: str) -> str:
+        """The directory of one table's mirror (what readers open)."""
+        return os.path.join(self.config.path, database, table)
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def part_of(self, change: Change, image: dict[str, Any]) -> str:
+        column = self.config.partition_column
+        if column is None:
+            key = {c: image.get(c) for c in change.key or {}}
+            return str(shard_of(change.database, change.table, key, self.config.buckets))
+        value = image.get(column)
+        if value is None:
+            return "__HIVE_DEFAULT_PARTITION__"
+        return urllib.parse.quote(
+            value if isinstance(value, str) else key_id({"": value})[5:-2], safe=""
+        )
+
+    def route(self, rows: Iterable[Any]) -> Iterator[tuple[PartKey, Change]]:
+        """``(partition, change)`` for each partition a change touches (DDL skipped)."""
+        for raw in rows:
+            change = as_change(raw)
+            if change.op == "ddl":
+                continue
+            parts = {self.part_of(change, img) for img in (change.before, change.after) if img}
+            for part in sorted(parts):
+                yield (change.database, change.table, part), change
+
+    # -- entry points -----------------------------------------------------------------------
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> None:
+        """Rewrite the partitions the batch touches, one Spark task per group of them."""
+        results = (
+            df.rdd.mapPartitions(self.route)
+            .partitionBy(self.config.shards, _stable_part)
+            .mapPartitions(functools.partial(_apply_partitions, self))
+            .collect()
+        )
+        del results  # counts of rewritten partitions; errors raise on their own
+
+    def apply_changes(self, rows: Iterable[Any], batch_id: int = 0) -> int:
+        """The same without Spark; returns how many partitions were rewritten."""
+        return sum(_apply_partitions(self, self.route(rows)))
+
+    def rewrite(self, part: PartKey, changes: list[Change]) -> bool:
+        """Apply ``changes`` to one partition file; False when all were applied already."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        database, table, value = part
+        folder = os.path.join(self.table_path(database, table), f"mirror_part={value}")
+        path = os.path.join(folder, "data.parquet")
+        rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+        done = -1
+        if os.path.exists(path):
+            current = pq.read_table(path)
+            done = int((current.schema.metadata or {}).get(_META, b"-1"))
+        todo = sorted((c for c in changes if c.sequence > done), key=lambda c: c.sequence)
+        if not todo:
+            return False
+        tdef = self._table_def(todo[-1])
+        if os.path.exists(path):
+            for record in current.to_pylist():
+                rows[tuple(record.get(c) for c in tdef.primary_key)] = record
+        events: list[KeyEvent] = []
+        for change in todo:
+            for ev in explode(change):
+                if ev.kind == PUT and self.part_of(change, ev.image or {}) != value:
+                    ev = KeyEvent(
+                        ev.source,
+                        ev.database,
+                        ev.table,
+                        ev.key_id,
+                        ev.key,
+                        DELETE,
+                        ev.created,
+                        None,
+                        ev.sequence,
+                        ev.position,
+                    )
+                events.append(ev)
+        convert = {c.name: _arrow_converter(c) for c in tdef.columns}
+        for effect in collapse(events):
+            typed_key = tuple(convert[c](effect.key[c]) for c in tdef.primary_key)
+            if effect.action == DELETE:
+                rows.pop(typed_key, None)
+                continue
+            image = {c: convert[c](v) for c, v in (effect.image or {}).items() if c in convert}
+            rows[typed_key] = {**rows.get(typed_key, {}), **image}
+        schema = pa.schema([(c.name, arrow_type(c)) for c in tdef.columns]).with_metadata(
+            {_META: str(todo[-1].sequence).encode()}
+        )
+        ordered = [rows[k] for k in sorted(rows)]
+        out = pa.Table.from_pylist(
+            [{c.name: r.get(c.name) for c in tdef.columns} for r in ordered], schema=schema
+        )
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f".tmp-{uuid.uuid4().hex}.parquet")
+        pq.write_table(out, tmp)
+        os.replace(tmp, path)
+        return True
+
+    def _table_def(self, change: Change) -> TableDef:
+        from headwater.errors import SinkError
+
+        tdef = self.config.schema.table_at(change.database, change.table, change.position)
+        if tdef is None or not tdef.primary_key:
+            raise SinkError(
+                "no table definition with a primary key",
+                table=change.table_name,
+                resume_sequence=change.sequence,
+            )
+        return tdef
+
+
+def _arrow_converter(col: Column) -> Any:
+    import decimal
+
+    base = converter(col, _RULES)
+    if col.data_type == "time":
+        return lambda v: v  # kept as its text
+    if col.data_type == "bigint" and col.unsigned:
+        return lambda v: None if v is None else decimal.Decimal(v)
+    if col.data_type == "decimal" and arrow_type(col).equals(_string()):
+        return lambda v: v
+    return base
+
+
+@functools.cache
+def _string() -> Any:
+    import pyarrow as pa
+
+    return pa.string()
+
+
+def _stable_part(part: PartKey) -> int:
+    return int(crc32c("\x00".join(part).encode("utf-8", "surrogateescape")))
+
+
+def _apply_partitions(
+    mirror: ParquetMirror, pairs: Iterable[tuple[PartKey, Change]]
+) -> Iterator[int]:
+    groups: dict[PartKey, list[Change]] = {}
+    for part, change in pairs:
+        groups.setdefault(part, []).append(change)
+    for part, changes in groups.items():
+        yield int(mirror.rewrite(part, changes))
