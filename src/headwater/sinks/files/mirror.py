@@ -106,9 +106,8 @@ class ParquetMirror:
         value = image.get(column)
         if value is None:
             return "__HIVE_DEFAULT_PARTITION__"
-        return urllib.parse.quote(
-            value if isinstance(value, str) else key_id({"": value})[5:-2], safe=""
-        )
+        text = value if isinstance(value, str) else orjson.dumps(value).decode().strip('"')
+        return urllib.parse.quote(text, safe="")
 
     def route(self, rows: Iterable[Any]) -> Iterator[tuple[PartKey, Change]]:
         """``(partition, change)`` for each partition a change touches (DDL skipped)."""
