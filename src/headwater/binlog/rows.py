@@ -41,7 +41,7 @@ The pre-GA rows events (20-22, MySQL 5.1.0-5.1.17) are refused with a
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -64,6 +64,7 @@ __all__ = [
     "RowsEvent",
     "count_rows",
     "parse_rows_event",
+    "row_counter",
     "rows_event_table_id",
 ]
 
@@ -319,6 +320,23 @@ def count_rows(
         raise TruncatedError(
             f"rows event ends early ({exc})", event_type=event_type_name(type_code)
         ) from None
+
+
+def row_counter(
+    type_code: int, body: bytes | memoryview, *, table_map: TableMap, table_id_size: int = 6
+) -> tuple[int, Callable[[Any, int, int], int]] | None:
+    """``(rows_start, count)`` for events of this type and table whose ``body`` starts
+    with the same ``rows_start`` bytes (post-header, width, bitmaps): ``count(body,
+    rows_start, len(body))`` is :func:`count_rows` without parsing the header again. None
+    for events whose rows are compressed or hold JSON diffs (use :func:`count_rows`)."""
+    if type_code == _E.PARTIAL_UPDATE_ROWS or _TYPES.get(type_code, ("", False, True))[2]:
+        return None
+    buf = bytes(body)
+    kind, _f, _x, _w, first, second, _b, pos = _layout(type_code, buf, table_map, table_id_size)
+    if not first or (kind == "update" and not second):
+        return None
+    decoder = row_decoder_for(table_map)
+    return pos, decoder._count_fn(first, second if kind == "update" else ())
 
 
 def _layout(

@@ -3,7 +3,9 @@
 ``ReaderService(load_reader_config(path)).run()`` runs one :class:`ReaderTask` per source.
 Modules: ``grouping`` (events -> committed transactions -> records, chunking), ``filters``,
 ``task`` (one source: resume, reconnect, failover, state), ``service`` (the process),
-``source`` (probing servers, start by time, back-off), ``heartbeat``, ``schema_link``.
+``source`` (probing servers, start by time, back-off), ``start`` (where a task starts:
+first start, resume, failover), ``status`` (live and persisted status), ``serving`` (the
+HTTP API over the tasks), ``heartbeat``, ``schema_link``.
 """
 
 from headwater.reader.filters import TableFilter

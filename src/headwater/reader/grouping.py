@@ -42,14 +42,14 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from headwater.binlog.constants import EventType
 from headwater.binlog.events import DecodeContext, GtidEvent, QueryEvent, parse_event
 from headwater.binlog.framing import FormatDescription, RawEvent
-from headwater.binlog.rows import count_rows
+from headwater.binlog.rows import count_rows, row_counter
 from headwater.binlog.tablemap import TableMap, parse_table_map
 from headwater.changes import is_ddl
 from headwater.errors import BinlogFormatError
@@ -86,14 +86,21 @@ _CONTROL = frozenset(
     )
 )
 _FL_STANDALONE = 1
+_ANNOTATE = _E.ANNOTATE_ROWS
+_XA_PREPARE = _E.XA_PREPARE
+_ENDS = frozenset((_XID, _XA_PREPARE))
+_MARIADB_GTID_HEAD = struct.Struct("<QIB")  # seq_no, domain_id, flags (after the header)
+_unpack_mariadb_gtid = _MARIADB_GTID_HEAD.unpack_from
 _BEGIN = (b"BEGIN", b"XA START", b"START TRANSACTION")
 _END = (b"COMMIT", b"ROLLBACK", b"XA END", b"XA PREPARE")
 
 
 class RecordSink(Protocol):
-    """Where records go: ``ChangeLog.append_nowait`` (returns the record's seq)."""
+    """Where records go: a ``ChangeLog`` (each method returns the last record's seq)."""
 
     def append_nowait(self, record: Record) -> int: ...
+
+    def append_many(self, records: Sequence[Record]) -> int: ...
 
 
 @dataclass(slots=True)
@@ -128,6 +135,17 @@ def _table_names(body: memoryview, id_size: int) -> tuple[int, str, str]:
     return table_id, db, table
 
 
+@dataclass(slots=True)
+class _Counter:
+    """Row counting for one TABLE_MAP shape: the parsed map and the count function of
+    the last rows header seen (``type_code`` -1: none)."""
+
+    table_map: TableMap
+    type_code: int = -1
+    prefix: bytes = b""
+    fn: Callable[[memoryview | bytes, int, int], int] = lambda _b, _p, _e: 0
+
+
 class Grouper:
     """Groups one stream's events into records (see the module docstring).
 
@@ -137,6 +155,11 @@ class Grouper:
     it is asked before the last record is appended, only for transactions that fit in one
     record; a chunked transaction is always new (vetoed transactions are checked at their
     GTID/first event through ``skip_at_start``).
+
+    ``batch``: the record that ends a transaction is kept in :attr:`pending` (and
+    ``Committed.last_seq`` is 0) until :meth:`flush` appends them all with one
+    ``append_many``; the task flushes before each socket read and before saving its
+    state. A chunk appended mid-transaction flushes the pending records first.
     """
 
     def __init__(
@@ -150,8 +173,12 @@ class Grouper:
         skip: Callable[[Position, str, MariadbGtid | MysqlGtid | None, int], bool] | None = None,
         watch: tuple[str, str] | None = None,
         on_table_map: Callable[[bytes, Position], int | None] | None = None,
+        batch: bool = False,
     ) -> None:
         self.sink = sink
+        self.batch = batch
+        #: whole records not appended yet (``batch``): appended by :meth:`flush`
+        self.pending: list[Record] = []
         self.filter = table_filter or TableFilter()
         self.chunk_bytes = chunk_bytes
         self.change_id = change_id
@@ -160,7 +187,8 @@ class Grouper:
         self.watch = watch
         self.on_table_map = on_table_map
         self._seen_maps: set[bytes] = set()
-        self._parsed_maps: dict[bytes, TableMap] = {}  # TABLE_MAP body -> parsed (counting)
+        # TABLE_MAP body -> (table id, db.table, kept, counter, watched)
+        self._map_info: dict[bytes, tuple[int, str, bool, _Counter | None, bool]] = {}
         self.count_errors = 0
         self.schema_version = 0
         self.fde_raw = b""
@@ -171,11 +199,13 @@ class Grouper:
         self._in_txn = False
         self.skipped = 0
         self.chunks = 0
+        self._dropped_rows = self.filter.dropped_rows_types
         self._reset()
 
     # -- state of the transaction under way ----------------------------------------------------
 
     def _reset(self) -> None:
+        """Forget the transaction under way (a new one begins, or the stream broke)."""
         self._in_txn = False
         self._parts: list[bytes | memoryview] = []
         self._size = 0
@@ -185,8 +215,8 @@ class Grouper:
         self._chunk_no = 0
         self._content = False  # a kept rows event or DDL
         self._tables: dict[str, int] = {}
-        # table id -> (name, kept, raw, parsed TABLE_MAP or None when not kept)
-        self._maps: dict[int, tuple[str, bool, bytes, TableMap | None]] = {}
+        # table id -> (name, kept, raw event, row counter or None, watched)
+        self._maps: dict[int, tuple[str, bool, bytes, _Counter | None, bool]] = {}
         self._gtid = ""
         self._gtid_obj: MariadbGtid | MysqlGtid | None = None
         self._commit_ts_us = 0
@@ -196,7 +226,6 @@ class Grouper:
         self._skipping = False
         self._ddl = False
         self._watched: list[tuple[bytes, bytes]] = []
-        self._watch_ids: set[int] = set()
         self._last_seq = 0
         self._records = 0
 
@@ -217,110 +246,150 @@ class Grouper:
     def feed(
         self, file: str, offset: int, next_file: str, next_offset: int, raw: RawEvent
     ) -> Committed | None:
-        """Process one event; returns the transaction it finished, if any."""
-        tc = raw.type_code
-        if not self._in_txn:
-            if tc in _CONTROL:
-                if tc == _FDE:
-                    self.fde = FormatDescription.parse(raw.data)
-                    self.fde_raw = bytes(raw.data)
-                    self.ctx.fde = self.fde
-                    self._id_size = self.fde.table_id_size
-                return None
-            self._begin(file, offset)
-            self._first_ts_us = raw.timestamp * 1_000_000
-            if tc == _MARIADB_GTID:
-                body = raw.body
-                seq_no = int.from_bytes(body[:8], "little")
-                domain = int.from_bytes(body[8:12], "little")
-                self._gtid_obj = MariadbGtid(domain, raw.server_id, seq_no)
-                self._gtid = f"{domain}-{raw.server_id}-{seq_no}"
-                self._standalone = bool(body[12] & _FL_STANDALONE)
-                self._gtid_started(raw)
-                return None
-            if tc in _GTID_TYPES:
-                ev = parse_event(raw, self.ctx)
-                assert isinstance(ev, GtidEvent)
-                gtid = ev.gtid
-                if gtid is not None:
-                    self._gtid_obj = gtid
-                    self._gtid = str(gtid)
-                if ev.immediate_commit_timestamp:
-                    self._commit_ts_us = ev.immediate_commit_timestamp
-                self._expect_begin = True
-                self._gtid_started(raw)
-                return None
-            # No GTID: a BEGIN, a lone DDL statement, or events of an implicit group.
-            if self.skip is not None and self.skip(self._pos, "", None, raw.timestamp):
-                self._skipping = True
-        if self._skipping:
-            return self._skip_event(tc, raw, next_file, next_offset)
-        if tc in _ROWS:
-            table_id = int.from_bytes(raw.data[19 : 19 + self._id_size], "little")
-            entry = self._maps.get(table_id)
-            if entry is None or not entry[1] or tc in self.filter.dropped_rows_types:
-                return None
-            self._tables[entry[0]] += self._count(tc, raw.data, entry[3])
-            self._content = True
-            if table_id in self._watch_ids:
-                self._watched.append((entry[2], bytes(raw.data)))
-            self._add(raw.data)
-            if self._size >= self.chunk_bytes:
-                self._flush_chunk()
-            return None
-        if tc == _TABLE_MAP:
-            table_id, db, table = _table_names(raw.body, self._id_size)
-            name = f"{db}.{table}"
-            kept = self.filter.wants(db, table)
-            data = bytes(raw.data)
-            shape = data[19:]  # the body: the header's time and log_pos vary
-            tm = self._parsed_maps.get(shape) if kept else None
-            if kept and tm is None:
-                tm = self._parse_map(shape)
-            self._maps[table_id] = (name, kept, data, tm)
-            if self.watch is not None and (db, table) == self.watch:
-                self._watch_ids.add(table_id)
-            if kept:
-                self._tables.setdefault(name, 0)
+        """Process one event; returns the transaction it finished, if any.
+
+        The hot path of the reader: the common events (rows, TABLE_MAP, XID, GTID,
+        ANNOTATE_ROWS) are told apart by their type code alone and read with one slice or
+        one unpack; nothing is built per event but the parts of the record."""
+        tc = raw[2]  # RawEvent.type_code
+        if self._in_txn:
+            if self._skipping:
+                return self._skip_event(tc, raw, next_file, next_offset)
+            data = raw[6]  # RawEvent.data
+            if tc in _ROWS:
+                entry = self._maps.get(int.from_bytes(data[19 : 19 + self._id_size], "little"))
+                if entry is None or not entry[1] or tc in self._dropped_rows:
+                    return None
+                counter = entry[3]
+                if counter is not None:
+                    # The rows header (type, flags, width, bitmaps) of the table's last
+                    # event: when it repeats, its count function is reused as it is.
+                    prefix = counter.prefix
+                    if counter.type_code == tc and data[19 : 19 + len(prefix)] == prefix:
+                        self._tables[entry[0]] += self._count_known(counter, data)
+                    else:
+                        self._tables[entry[0]] += self._count(tc, data, counter)
+                self._content = True
+                if entry[4]:
+                    self._watched.append((entry[2], bytes(data)))
                 self._add(data)
-                if self.on_table_map is not None and shape not in self._seen_maps:
-                    # A new TABLE_MAP shape for the schema history's cross-check.
-                    if len(self._seen_maps) > 10_000:
-                        self._seen_maps.clear()
-                    self._seen_maps.add(shape)
-                    version = self.on_table_map(data, self._pos)
-                    if version is not None:
-                        self.schema_version = version
+                if self._size >= self.chunk_bytes:
+                    self._flush_chunk()
+                return None
+            if tc == _TABLE_MAP:
+                self._table_map(data)
+                return None
+            if tc in _ENDS:
+                self._add(data)
+                return self._commit(raw, next_file, next_offset)
+            if tc == _ANNOTATE:
+                self._add(data)  # the statement's text, kept as it came
+                return None
+            if tc == _QUERY or tc == _E.QUERY_COMPRESSED:
+                return self._query(raw, next_file, next_offset)
+            if tc in _CONTROL:
+                return None  # e.g. a heartbeat or rotate inside a group: not part of it
+            self._add(data)  # INTVAR, USER_VAR, ... kept as they came
             return None
-        if tc == _XID or tc == _E.XA_PREPARE:
-            self._add(raw.data)
-            return self._commit(raw, next_file, next_offset)
-        if tc == _QUERY or tc == _E.QUERY_COMPRESSED:
-            return self._query(raw, next_file, next_offset)
         if tc in _CONTROL:
-            return None  # e.g. a heartbeat or rotate inside a group: not part of it
-        self._add(raw.data)  # ANNOTATE_ROWS, INTVAR, USER_VAR, ... kept as they came
-        return None
+            if tc == _FDE:
+                self.fde = FormatDescription.parse(raw.data)
+                self.fde_raw = bytes(raw.data)
+                self.ctx.fde = self.fde
+                self._id_size = self.fde.table_id_size
+            return None
+        self._begin(file, offset)
+        self._first_ts_us = raw[1] * 1_000_000
+        if tc == _MARIADB_GTID:
+            seq_no, domain, flags = _unpack_mariadb_gtid(raw[6], 19)
+            sid = raw[3]
+            self._gtid_obj = MariadbGtid(domain, sid, seq_no)
+            self._gtid = f"{domain}-{sid}-{seq_no}"
+            self._standalone = bool(flags & _FL_STANDALONE)
+            self._gtid_started(raw)
+            return None
+        if tc in _GTID_TYPES:
+            ev = parse_event(raw, self.ctx)
+            assert isinstance(ev, GtidEvent)
+            gtid = ev.gtid
+            if gtid is not None:
+                self._gtid_obj = gtid
+                self._gtid = str(gtid)
+            if ev.immediate_commit_timestamp:
+                self._commit_ts_us = ev.immediate_commit_timestamp
+            self._expect_begin = True
+            self._gtid_started(raw)
+            return None
+        # No GTID: a BEGIN, a lone DDL statement, or events of an implicit group.
+        if self.skip is not None and self.skip(self._pos, "", None, raw.timestamp):
+            self._skipping = True
+            return self._skip_event(tc, raw, next_file, next_offset)
+        return self.feed(file, offset, next_file, next_offset, raw)
+
+    def _table_map(self, data: memoryview) -> None:
+        """Remember a TABLE_MAP (kept or not: rows events find it by table id)."""
+        shape = bytes(data[19:])  # the body: the header's time and log_pos vary
+        info = self._map_info.get(shape)
+        if info is None:
+            info = self._new_shape(shape)
+        table_id, name, kept, tm, watched = info
+        event = bytes(data)
+        self._maps[table_id] = (name, kept, event, tm, watched)
+        if kept:
+            if name not in self._tables:
+                self._tables[name] = 0
+            self._add(event)
+
+    def _new_shape(self, shape: bytes) -> tuple[int, str, bool, _Counter | None, bool]:
+        """A TABLE_MAP body not seen before: filter, parse (row counting), cross-check."""
+        table_id, db, table = _table_names(memoryview(shape), self._id_size)
+        name = f"{db}.{table}"
+        kept = self.filter.wants(db, table)
+        tm = self._parse_map(shape) if kept else None
+        watched = self.watch is not None and (db, table) == self.watch
+        info = (table_id, name, kept, None if tm is None else _Counter(tm), watched)
+        if len(self._map_info) > 10_000:
+            self._map_info.clear()
+        self._map_info[shape] = info
+        if kept and self.on_table_map is not None:
+            # A new TABLE_MAP shape for the schema history's cross-check.
+            version = self.on_table_map(b"\0" * 19 + shape, self._pos)
+            if version is not None:
+                self.schema_version = version
+        return info
 
     def _parse_map(self, shape: bytes) -> TableMap | None:
-        if len(self._parsed_maps) > 10_000:
-            self._parsed_maps.clear()
         mariadb = self.fde is None or self.fde.is_mariadb
         try:
-            tm = parse_table_map(shape, table_id_size=self._id_size, mariadb=mariadb)
+            return parse_table_map(shape, table_id_size=self._id_size, mariadb=mariadb)
         except BinlogFormatError as e:
             log.warning("TABLE_MAP at %s does not parse (rows not counted): %s", self._pos, e)
             return None
-        self._parsed_maps[shape] = tm
-        return tm
 
-    def _count(self, tc: int, data: memoryview | bytes, tm: TableMap | None) -> int:
-        """Rows in a rows event (0, reported, if its images do not frame)."""
-        if tm is None:
-            return 0
+    def _count(self, tc: int, data: memoryview | bytes, counter: _Counter) -> int:
+        """Rows in a rows event whose header differs from the table's last one (0,
+        reported, if its images do not frame)."""
+        body = data[19:]
         try:
-            return count_rows(tc, data[19:], table_map=tm, table_id_size=self._id_size)
+            known = row_counter(tc, body, table_map=counter.table_map, table_id_size=self._id_size)
+            if known is None:
+                counter.type_code = -1
+                return count_rows(
+                    tc, body, table_map=counter.table_map, table_id_size=self._id_size
+                )
+            start, fn = known
+            counter.type_code, counter.prefix, counter.fn = tc, bytes(body[:start]), fn
+            return int(fn(body, start, len(body)))
         except BinlogFormatError as e:
+            self.count_errors += 1
+            log.warning("rows event at %s: rows not counted: %s", self._pos, e)
+            return 0
+
+    def _count_known(self, counter: _Counter, data: memoryview | bytes) -> int:
+        start = 19 + len(counter.prefix)
+        try:
+            return int(counter.fn(data, start, len(data)))
+        except (IndexError, ValueError, BinlogFormatError) as e:
             self.count_errors += 1
             log.warning("rows event at %s: rows not counted: %s", self._pos, e)
             return 0
@@ -410,7 +479,7 @@ class Grouper:
         self._parts = []
         self._size = 0
         self._chunk_repeated = 0
-        for _name, kept, data, _tm in self._maps.values():
+        for _name, kept, data, _tm, _w in self._maps.values():
             if kept:
                 self._parts.append(_pack_len(len(data)))
                 self._parts.append(data)
@@ -433,8 +502,21 @@ class Grouper:
             flags,
             self._chunk_no,
         )
-        self._last_seq = self.sink.append_nowait(record)
+        if self.batch and flags & LAST_CHUNK:
+            self.pending.append(record)
+        else:
+            if self.pending:
+                self.flush()  # records keep their order
+            self._last_seq = self.sink.append_nowait(record)
         self._records += 1
+
+    def flush(self) -> int | None:
+        """Append the pending records (``batch``); the last one's seq, or None if none."""
+        pending = self.pending
+        if not pending:
+            return None
+        self.pending = []
+        return self.sink.append_many(pending)
 
     def _commit(self, raw: RawEvent, next_file: str, next_offset: int) -> Committed:
         if not self._commit_ts_us:
@@ -458,7 +540,9 @@ class Grouper:
             self._ddl,
             self._watched,
         )
-        self._reset()
+        self._in_txn = False
+        self._parts = []  # holds views of the stream's buffer: let them go
+        self._maps = {}
         return done
 
     def abort(self) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -42,7 +41,6 @@ from headwater.binlog.client import BinlogClient, ClientOptions
 from headwater.binlog.constants import EventType
 from headwater.binlog.events import QueryEvent
 from headwater.binlog.framing import FormatDescription
-from headwater.binlog.preflight import SourceInfo, StartPosition
 from headwater.config import HostConfig, SourceConfig
 from headwater.errors import (
     AuthenticationError,
@@ -55,21 +53,21 @@ from headwater.errors import (
     StoreError,
 )
 from headwater.position import (
-    BinlogCoordinate,
     GtidSet,
     MariadbGtid,
     MariadbGtidPos,
     MysqlGtid,
     MysqlGtidSet,
     Position,
-    binlog_file_number,
     parse_gtid_set,
 )
 from headwater.reader.filters import TableFilter
 from headwater.reader.grouping import Committed, Grouper
 from headwater.reader.heartbeat import HeartbeatWriter, heartbeat_times
 from headwater.reader.schema_link import SchemaLink
-from headwater.reader.source import backoff_delays, file_at_time, probe
+from headwater.reader.source import backoff_delays, probe
+from headwater.reader.start import choose_start, start_position
+from headwater.reader.status import FDE_FILE, STATE_FILE, STATUS_FILE, read_task_status, task_status
 from headwater.store import AtSeq, ChangeIdInfo, ChangeLog, Durability, ReaderState, StoreOptions
 from headwater.store._fs import atomic_write
 
@@ -87,9 +85,6 @@ FATAL_ERRORS: tuple[type[Exception], ...] = (
     ConfigError,
 )
 _HEARTBEATS = frozenset((EventType.HEARTBEAT, EventType.HEARTBEAT_V2))
-STATE_FILE = "state.json"
-STATUS_FILE = "status.json"
-FDE_FILE = "fde.bin"
 
 
 class ReaderTask:
@@ -279,6 +274,8 @@ class ReaderTask:
         """The stream broke: forget the transaction under way; if chunks of it were
         appended, reopen the store so that recovery drops the unfinished chunk group."""
         grouper = getattr(self, "_grouper", None)
+        if grouper is not None and grouper.pending and self.store is not None:
+            self._flush()  # whole transactions, already counted as processed
         if grouper is not None and grouper.in_transaction:
             open_chunks = grouper.open_chunks
             grouper.abort()
@@ -294,7 +291,7 @@ class ReaderTask:
         self.state = "connecting"
         self.host = host
         info = probe(self.source, host, self.replica_host)
-        start = self._choose_start(host, info)
+        start = choose_start(self, host, info)
         options = ClientOptions(
             host=host.host,
             port=host.port,
@@ -314,7 +311,7 @@ class ReaderTask:
                 self.source,
                 host,
                 self.filter,
-                self._start_pos(start, info),
+                start_position(self, start, info),
                 mariadb=info.is_mariadb,
             )
             if self.heartbeat is not None:
@@ -327,6 +324,7 @@ class ReaderTask:
                 on_ddl=self._on_ddl,
                 on_table_map=self.schema.observe,
                 skip=self._skip,
+                batch=True,
                 watch=None
                 if self.source.heartbeat is None
                 else _split(self.source.heartbeat.table),
@@ -338,30 +336,62 @@ class ReaderTask:
             log.info(
                 "%s: reading %s from %s (change_id %d)", self.name, host, start, self.change_id
             )
+            self._flush_before_reads(client, grouper)
             feed = grouper.feed
+            committed = self._committed
+            heartbeats = _HEARTBEATS
             events = 0
-            for ev in client.events(include_heartbeats=True):
-                if self._stop:
-                    break
-                raw = ev[4]
+            for file, offset, next_file, next_offset, raw in client.events(include_heartbeats=True):
                 events += 1
-                if raw.type_code in _HEARTBEATS:
+                if raw[2] in heartbeats:  # RawEvent.type_code
                     self._tick(events)
                     events = 0
+                    if self._stop:
+                        break
                     continue
-                done = feed(ev[0], ev[1], ev[2], ev[3], raw)
+                done = feed(file, offset, next_file, next_offset, raw)
                 if done is not None:
                     processed = True
-                    self._committed(done)
+                    committed(done)
                     if done.is_ddl or events >= 4096:
                         self._tick(events)
                         events = 0
+                    if self._stop:
+                        break
+                elif events >= 4096:  # inside a large transaction
+                    self._tick(events)
+                    events = 0
+                    if self._stop:
+                        break
             self._tick(events)
         finally:
             self.bytes_in += client.bytes_received
             client.close()
             self._client = None
         return processed
+
+    def _flush_before_reads(self, client: BinlogClient, grouper: Grouper) -> None:
+        """Append the grouper's pending records before every socket read: records are
+        batched per read (one ``append_many``), and none waits while the stream is idle.
+        The hook wraps the framer's read function; without one, records are appended
+        one by one."""
+        framer = getattr(client, "_framer", None)
+        read = getattr(framer, "_recv_into", None)
+        if framer is None or read is None:
+            grouper.batch = False
+            return
+        flush = self._flush
+
+        def recv_into(view: memoryview) -> int:
+            flush()
+            return int(read(view))
+
+        framer._recv_into = recv_into
+
+    def _flush(self) -> None:
+        seq = self._grouper.flush()
+        if seq is not None:
+            self.seq = seq
 
     def _tick(self, events: int) -> None:
         self.events_in += events
@@ -372,74 +402,6 @@ class ReaderTask:
             g = self._grouper
             if g.fde is not None:
                 self._save_fde(g)
-
-    def _choose_start(self, host: HostConfig, info: SourceInfo) -> StartPosition:
-        identity = info.identity
-        self.identity = identity
-        if self.position is None and not self.change_ids:
-            return self._first_start(host, info)
-        current = self.change_ids[-1] if self.change_ids else None
-        if current is not None and current.server_uuid == identity and self.position is not None:
-            name = _file_named(info, self.position.file_num)
-            if name is not None:
-                return BinlogCoordinate(name, max(4, self.position.offset))
-            if self.gtid_set is None:
-                raise PositionPurgedError(
-                    f"{host} no longer has binlog file number {self.position.file_num} "
-                    f"(position {self.position}) and no GTIDs were seen: cannot resume"
-                )
-            return self.gtid_set
-        # Another server: continue from the GTID set under a new change id.
-        if self.gtid_set is None:
-            raise PositionPurgedError(
-                f"{host} is another server ({identity}) than the one read so far "
-                f"({current.server_uuid if current else 'unknown'}) and no GTID set is known: "
-                "cannot continue without loss; start the task afresh (new data dir)"
-            )
-        new_id = self.change_id + 1
-        self.change_ids.append(
-            ChangeIdInfo(new_id, identity, Position(new_id, 0, 0), str(self.gtid_set), _now_us())
-        )
-        log.warning(
-            "%s: source identity changed to %s: continuing from GTIDs %s as change_id %d",
-            self.name,
-            identity,
-            self.gtid_set,
-            new_id,
-        )
-        self._save_state()
-        return self.gtid_set
-
-    def _first_start(self, host: HostConfig, info: SourceInfo) -> StartPosition:
-        cfg = self.source.start
-        start: StartPosition
-        if cfg.kind == "earliest":
-            start = info.oldest
-        elif cfg.kind == "file":
-            start = cfg.coordinate
-        elif cfg.kind == "gtid":
-            start = cfg.gtid_set
-            assert start is not None
-            self._add_gtid(start)
-        elif cfg.kind == "timestamp":
-            assert cfg.ts_us is not None
-            start = file_at_time(self.source, host, info, cfg.ts_us, self.replica_host)
-            self._ts_floor = cfg.ts_us
-        else:
-            start = info.current
-            if info.gtid_position:
-                self._add_gtid(parse_gtid_set(info.gtid_position))
-        first = self._start_pos(start, info)
-        self.change_ids = [
-            ChangeIdInfo(0, info.identity, first, str(self.gtid_set or ""), _now_us())
-        ]
-        log.info("%s: first start (%s) at %s", self.name, cfg, start)
-        return start
-
-    def _start_pos(self, start: StartPosition, info: SourceInfo) -> Position:
-        if isinstance(start, BinlogCoordinate):
-            return Position(self.change_id, binlog_file_number(start.file), start.offset)
-        return Position(self.change_id, binlog_file_number(info.current.file), 0)
 
     def _skip(
         self, pos: Position, gtid: str, gobj: MariadbGtid | MysqlGtid | None, ts_s: int
@@ -474,7 +436,8 @@ class ReaderTask:
         if done.stored:
             self.transactions_stored += 1
             self.records_stored += done.records
-            self.seq = done.last_seq
+            if done.last_seq:  # 0 when batched: the seq is known at the flush
+                self.seq = done.last_seq
         else:
             self.transactions_filtered += 1
         if done.watched and self.heartbeat is not None:
@@ -488,6 +451,9 @@ class ReaderTask:
         """Persist the resume point once the store has acknowledged what it covers."""
         if self.store is None or self.store.closed:
             return
+        grouper = getattr(self, "_grouper", None)
+        if grouper is not None:
+            self._flush()  # the state covers only what the store was given
         self.store.flush()
         state = ReaderState(
             self.position,
@@ -531,107 +497,14 @@ class ReaderTask:
         if self.schema is not None:
             self.schema.close()
 
+    def status(self) -> dict[str, Any]:
+        """The task's status (documented in docs/configuration.md, "Reader status")."""
+        return task_status(self)
+
     def format_description(self) -> FormatDescription | None:
         """The FORMAT_DESCRIPTION of the stream being read (None before the first one)."""
         grouper = getattr(self, "_grouper", None)
         return None if grouper is None else grouper.fde
-
-    # -- status ----------------------------------------------------------------------------
-
-    def status(self) -> dict[str, Any]:
-        """The task's status (documented in docs/configuration.md, "Status")."""
-        retention: dict[str, Any] | None = None
-        if self.store is not None and not self.store.closed:
-            try:
-                first, last = self.store.earliest(), self.store.latest()
-            except StoreError:
-                first = last = None
-            retention = {
-                "first_seq": first.seq if first else None,
-                "first_ts_us": first.ts_us if first else None,
-                "last_seq": last.seq if last else None,
-                "last_position": str(last.position) if last else None,
-                "last_ts_us": last.ts_us if last else None,
-            }
-        hb = self.heartbeat
-        client = self._client
-        return {
-            "name": self.name,
-            "state": self.state,
-            "error": self.error,
-            "pid": os.getpid(),
-            "updated_us": _now_us(),
-            "host": None if self.host is None else str(self.host),
-            "server_identity": self.identity,
-            "change_id": self.change_id,
-            "position": None if self.position is None else str(self.position),
-            "gtid_set": "" if self.gtid_set is None else str(self.gtid_set),
-            "commit_ts_us": self.ts_us,
-            "lag_s": self.lag_s,
-            "events_in": self.events_in,
-            "bytes_in": self.bytes_in + (0 if client is None else client.bytes_received),
-            "transactions_stored": self.transactions_stored,
-            "transactions_filtered": self.transactions_filtered,
-            "records_stored": self.records_stored,
-            "reconnects": self.reconnects,
-            "heartbeats_written": 0 if hb is None else hb.written,
-            "heartbeat_errors": 0 if hb is None else hb.errors,
-            "retention": retention,
-        }
-
-
-def read_task_status(task_dir: Path) -> dict[str, Any]:
-    """What another process can know about a task: its persisted state and last status."""
-    out: dict[str, Any] = {"dir": str(task_dir)}
-    try:
-        out.update(json.loads((task_dir / STATUS_FILE).read_text()))
-    except (OSError, ValueError):
-        out["state"] = "never started"
-    pid = out.get("pid")
-    if out.get("state") in _LIVE_STATES and isinstance(pid, int) and not _alive(pid):
-        out["state"] = f"not running (was {out['state']}; process {pid} is gone)"
-    state = ReaderState.load(str(task_dir / STATE_FILE))
-    if state is not None:
-        out["position"] = None if state.position is None else str(state.position)
-        out["gtid_set"] = state.gtid_set
-        out["stored_seq"] = state.seq
-        out["change_id"] = state.change_ids[-1].change_id if state.change_ids else 0
-        out["change_ids"] = [c.to_json() for c in state.change_ids]
-    if (task_dir / "changes" / "head").exists():
-        try:
-            with ChangeLog.open(str(task_dir / "changes"), read_only=True) as store:
-                first, last = store.earliest(), store.latest()
-            out["retention"] = {
-                "first_seq": first.seq if first else None,
-                "last_seq": last.seq if last else None,
-                "last_position": str(last.position) if last else None,
-            }
-        except StoreError as e:
-            out["retention"] = {"error": str(e)}
-    return out
-
-
-_LIVE_STATES = ("created", "connecting", "running", "backoff")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _file_named(info: SourceInfo, number: int) -> str | None:
-    for name, _size in info.binary_logs:
-        try:
-            if binlog_file_number(name) == number:
-                return name
-        except ValueError:
-            continue
-    return None
 
 
 def _split(table: str) -> tuple[str, str]:

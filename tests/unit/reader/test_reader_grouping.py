@@ -4,6 +4,7 @@ layouts in MariaDB's sql/log_event.h (common header, MARIADB_GTID, QUERY, TABLE_
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from headwater.binlog.constants import EVENT_HEADER, EventType
 from headwater.binlog.framing import RawEvent
@@ -56,9 +57,15 @@ def rows(table_id: int, n: int = 2) -> bytes:
 class Sink:
     def __init__(self) -> None:
         self.records: list[Record] = []
+        self.batches = 0
 
     def append_nowait(self, record: Record) -> int:
         self.records.append(record)
+        return len(self.records)
+
+    def append_many(self, records: Sequence[Record]) -> int:
+        self.records.extend(records)
+        self.batches += 1
         return len(self.records)
 
 
@@ -215,3 +222,19 @@ def test_control_events_between_transactions_are_not_stored() -> None:
     s.txn(1, (10, "shop", "a"))
     (rec,) = sink.records
     assert next(e.type_code for e in iter_payload_events(rec.payload)) == E.MARIADB_GTID
+
+
+def test_batched_records_wait_for_flush_and_a_chunk_keeps_the_order() -> None:
+    sink = Sink()
+    grouper = Grouper(sink, batch=True, chunk_bytes=1000)
+    s = Stream(grouper)
+    s.txn(1, (10, "shop", "a"))
+    s.txn(2, (10, "shop", "a"))
+    assert sink.records == [] and len(grouper.pending) == 2
+    assert all(d.stored and d.last_seq == 0 for d in s.done)
+    assert grouper.flush() == 2 and sink.batches == 1 and grouper.flush() is None
+    s.txn(3, (10, "shop", "a"))
+    s.txn(4, (10, "shop", "a"), n_rows=40)  # chunked: the pending record goes first
+    assert [r.gtid for r in sink.records[:3]] == ["0-1-1", "0-1-2", "0-1-3"]
+    assert grouper.flush() == len(sink.records)
+    assert [r.gtid for r in sink.records if r.last_chunk] == ["0-1-1", "0-1-2", "0-1-3", "0-1-4"]

@@ -1,0 +1,116 @@
+"""A task's status: live (:func:`task_status`, served by the HTTP API) and persisted
+(``status.json``, ``state.json``, read from any process by :func:`read_task_status`).
+
+Invariant: reading a status never changes a task; a status left ``running`` by a process
+that is gone is reported as such, not as running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from headwater.errors import StoreError
+from headwater.store import ChangeLog, ReaderState
+
+if TYPE_CHECKING:
+    from headwater.reader.task import ReaderTask
+
+__all__ = ["FDE_FILE", "STATE_FILE", "STATUS_FILE", "read_task_status", "task_status"]
+
+STATE_FILE = "state.json"
+STATUS_FILE = "status.json"
+FDE_FILE = "fde.bin"
+
+
+def task_status(task: ReaderTask) -> dict[str, Any]:
+    """The live status of a task (documented in docs/configuration.md, "Reader status")."""
+    retention: dict[str, Any] | None = None
+    if task.store is not None and not task.store.closed:
+        try:
+            first, last = task.store.earliest(), task.store.latest()
+        except StoreError:
+            first = last = None
+        retention = {
+            "first_seq": first.seq if first else None,
+            "first_ts_us": first.ts_us if first else None,
+            "last_seq": last.seq if last else None,
+            "last_position": str(last.position) if last else None,
+            "last_ts_us": last.ts_us if last else None,
+        }
+    hb = task.heartbeat
+    client = task._client
+    return {
+        "name": task.name,
+        "state": task.state,
+        "error": task.error,
+        "pid": os.getpid(),
+        "updated_us": _now_us(),
+        "host": None if task.host is None else str(task.host),
+        "server_identity": task.identity,
+        "change_id": task.change_id,
+        "position": None if task.position is None else str(task.position),
+        "gtid_set": "" if task.gtid_set is None else str(task.gtid_set),
+        "commit_ts_us": task.ts_us,
+        "lag_s": task.lag_s,
+        "events_in": task.events_in,
+        "bytes_in": task.bytes_in + (0 if client is None else client.bytes_received),
+        "transactions_stored": task.transactions_stored,
+        "transactions_filtered": task.transactions_filtered,
+        "records_stored": task.records_stored,
+        "reconnects": task.reconnects,
+        "heartbeats_written": 0 if hb is None else hb.written,
+        "heartbeat_errors": 0 if hb is None else hb.errors,
+        "retention": retention,
+    }
+
+
+def read_task_status(task_dir: Path) -> dict[str, Any]:
+    """What another process can know about a task: its persisted state and last status."""
+    out: dict[str, Any] = {"dir": str(task_dir)}
+    try:
+        out.update(json.loads((task_dir / STATUS_FILE).read_text()))
+    except (OSError, ValueError):
+        out["state"] = "never started"
+    pid = out.get("pid")
+    if out.get("state") in _LIVE_STATES and isinstance(pid, int) and not _alive(pid):
+        out["state"] = f"not running (was {out['state']}; process {pid} is gone)"
+    state = ReaderState.load(str(task_dir / STATE_FILE))
+    if state is not None:
+        out["position"] = None if state.position is None else str(state.position)
+        out["gtid_set"] = state.gtid_set
+        out["stored_seq"] = state.seq
+        out["change_id"] = state.change_ids[-1].change_id if state.change_ids else 0
+        out["change_ids"] = [c.to_json() for c in state.change_ids]
+    if (task_dir / "changes" / "head").exists():
+        try:
+            with ChangeLog.open(str(task_dir / "changes"), read_only=True) as store:
+                first, last = store.earliest(), store.latest()
+            out["retention"] = {
+                "first_seq": first.seq if first else None,
+                "last_seq": last.seq if last else None,
+                "last_position": str(last.position) if last else None,
+            }
+        except StoreError as e:
+            out["retention"] = {"error": str(e)}
+    return out
+
+
+_LIVE_STATES = ("created", "connecting", "running", "backoff")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
