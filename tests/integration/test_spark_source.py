@@ -10,6 +10,7 @@ import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 
 from headwater.sandbox import MariadbSandbox
@@ -144,3 +145,33 @@ def test_table_changes_types_equal_the_source_rows(
     assert final[18446744073709551615][0]["tm"] == -dt.timedelta(hours=838, minutes=59, seconds=59)
     assert final[0][0]["tm"] == dt.timedelta(hours=100, microseconds=50000)
     assert final[18446744073709551615][0]["dt"] == dt.datetime(2024, 2, 29, 13, 1, 2, 500001)
+
+
+def test_starting_position_variants_select_the_same_first_record(
+    hw: Any, captured: Captured
+) -> None:
+    rec, before = captured.records[20], captured.records[19]
+    assert rec.first_chunk and rec.last_chunk
+    pos = rec.position
+    at_ts = min(r.seq for r in captured.records if r.ts_us >= rec.ts_us)
+    iso = dt.datetime.fromtimestamp(rec.ts_us / 1e6, dt.UTC).isoformat()
+    variants = {
+        f"seq:{rec.seq}": rec.seq,
+        f"position:{pos}": rec.seq,
+        orjson.dumps(pos.to_json()).decode(): rec.seq,
+        f"mysql-bin.{pos.file_num:06d}:{pos.offset}": rec.seq,
+        f"gtid:{before.gtid}": rec.seq,
+        f"timestamp:{iso}": at_ts,
+        f"timestamp:{rec.ts_us}": at_ts,
+    }
+    for start, first_seq in variants.items():
+        df = read_path(hw, captured, startingPosition=start)
+        assert rows_of(df) == captured.expected(first_seq=first_seq), start
+    assert read_path(hw, captured, startingPosition="latest").count() == 0
+
+
+def test_ending_position_bounds_a_batch_read(hw: Any, captured: Captured) -> None:
+    df = read_path(hw, captured, startingPosition="seq:11", endingPosition="seq:21")
+    want = [r for r in captured.expected(first_seq=11) if r[12] >> 24 < 21]
+    assert want
+    assert rows_of(df) == want

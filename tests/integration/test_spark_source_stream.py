@@ -96,14 +96,15 @@ def test_a_batch_may_end_inside_a_record(hw: Any, captured: Captured, tmp_path: 
     stream = (
         hw.readStream.format("headwater")
         .option("path", str(captured.task_dir))
-        .option("maxRowsPerTrigger", "7")
+        .option("maxRowsPerTrigger", "100")
         .option("startingPosition", f"seq:{len(captured.records) - 14}")
         .load()
     )
     got = run_available_now(stream, tmp_path / "checkpoint")
     expected = captured.expected(first_seq=len(captured.records) - 14)
     assert got.rows == expected
-    assert [len(b) for b in got.batches[:-1]] == [7] * (len(got.batches) - 1)
+    assert len(got.batches) >= 3
+    assert [len(b) for b in got.batches[:-1]] == [100] * (len(got.batches) - 1)
     ends = {(b[-1][12] >> 24) for b in got.batches[:-1]}
     starts = {(b[0][12] >> 24) for b in got.batches[1:]}
     assert ends & starts, "no batch boundary fell inside a record"

@@ -1,0 +1,164 @@
+"""Options, offsets and slicing of the Spark source (no Spark session, no log)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from headwater.errors import ConfigError
+from headwater.position import MariadbGtidPos, MysqlGtidSet, Position
+from headwater.spark.offsets import (
+    DEFAULT_PARTITIONS,
+    LogOffset,
+    TableMatcher,
+    parse_options,
+    parse_start,
+    start_request,
+)
+from headwater.spark.partitions import plan_slices
+from headwater.store import EARLIEST, LATEST, AtSeq, AtTime
+
+PATH = {"path": "/data/orders"}
+
+
+def test_defaults_for_a_task_directory() -> None:
+    opts = parse_options(PATH)
+    assert (opts.task, opts.source_name, opts.partitions) == (
+        "orders",
+        "orders",
+        DEFAULT_PARTITIONS,
+    )
+    assert (opts.starting, opts.ending, opts.max_rows, opts.max_bytes) == (
+        EARLIEST,
+        None,
+        None,
+        None,
+    )
+    assert opts.tables == TableMatcher() and opts.ddl
+
+
+def test_option_names_are_case_insensitive() -> None:
+    opts = parse_options({**PATH, "MAXROWSPERTRIGGER": "5", "maxBytesPerTrigger": "100"})
+    assert (opts.max_rows, opts.max_bytes) == (5, 100)
+
+
+def test_server_needs_a_task_and_a_url() -> None:
+    opts = parse_options({"server": "http://h:1/", "task": "t", "source": "s"})
+    assert (opts.server, opts.task, opts.source_name) == ("http://h:1", "t", "s")
+    with pytest.raises(ConfigError, match="task: is required"):
+        parse_options({"server": "http://h:1"})
+    with pytest.raises(ConfigError, match="server: expected an http"):
+        parse_options({"server": "h:1", "task": "t"})
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({}, "path"),
+        ({**PATH, "server": "http://h", "task": "t"}, "path"),
+        ({**PATH, "maxRowsPerTrigger": "0"}, "maxRowsPerTrigger"),
+        ({**PATH, "maxBytesPerTrigger": "lots"}, "maxBytesPerTrigger"),
+        ({**PATH, "partitions": "-1"}, "partitions"),
+        ({**PATH, "tables": "orders"}, "tables"),
+        ({**PATH, "tables": "a.b.c"}, "tables"),
+        ({**PATH, "tables": " , "}, "tables"),
+        ({**PATH, "ddl": "maybe"}, "ddl"),
+        ({**PATH, "startingPosition": "yesterday"}, "startingPosition"),
+        ({**PATH, "endingPosition": "seq:0"}, "endingPosition"),
+        ({**PATH, "startingPosition": "timestamp:noon"}, "startingPosition"),
+        ({**PATH, "startingPosition": "gtid:garbage"}, "startingPosition"),
+        ({**PATH, "startingPosition": '{"change_id": 0}'}, "startingPosition"),
+        ({**PATH, "startingPosition": "binlog:xyz"}, "startingPosition"),
+        ({**PATH, "maxRows": "5"}, "maxrows"),
+    ],
+)
+def test_bad_options_raise_config_errors_naming_the_option(
+    options: dict[str, str], field: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_options(options)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+
+
+def test_start_points() -> None:
+    assert parse_start("Earliest") == EARLIEST
+    assert parse_start("latest") == LATEST
+    assert parse_start("seq:42") == AtSeq(42)
+    assert parse_start("timestamp:1714000000000001") == AtTime(1714000000000001)
+    assert parse_start("timestamp:2024-04-24T23:06:40.000001Z") == AtTime(1714000000000001)
+    assert parse_start("timestamp:2024-04-24T23:06:40.000001") == AtTime(1714000000000001)
+    assert parse_start("timestamp:2024-04-25T01:06:40.000001+02:00") == AtTime(1714000000000001)
+    assert parse_start("gtid:0-1-100,1-2-7") == MariadbGtidPos.parse("0-1-100,1-2-7")
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    assert parse_start(f"gtid:{uuid}:1-77") == MysqlGtidSet.parse(f"{uuid}:1-77")
+    assert parse_start("position:1:3:1234:2") == Position(1, 3, 1234, 2)
+    assert parse_start('{"change_id": 1, "file": 3, "offset": 1234}') == Position(1, 3, 1234, 0)
+    assert parse_start("mysql-bin.000003:1234") == Position(0, 3, 1234, 0)
+
+
+def test_start_points_as_subscribe_requests() -> None:
+    assert start_request(AtSeq(5)) == {"seq": 5}
+    assert start_request(AtTime(7)) == {"timestamp_us": 7}
+    assert start_request(Position(0, 3, 4, 0)) == {"position": "0:3:4:0"}
+    assert start_request(MariadbGtidPos.parse("0-1-5")) == {"gtid_set": "0-1-5"}
+    assert start_request(EARLIEST) == "earliest"
+
+
+def test_offsets_round_trip_and_order_by_seq_and_row() -> None:
+    off = LogOffset(43, 2, Position(0, 3, 1234, 0))
+    doc = off.to_dict()
+    assert doc == {"seq": 43, "row": 2, "last_position": "0:3:1234:0"}
+    assert LogOffset.from_dict(doc) == off
+    assert LogOffset.from_dict({"seq": 5}) == LogOffset(5, 0)
+    assert LogOffset(5, 1) < LogOffset(5, 2) < LogOffset(6, 0)
+    assert LogOffset(5, 0, Position(0, 1, 2, 0)) == LogOffset(5, 0)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {},
+        {"seq": "5"},
+        {"seq": 0},
+        {"seq": 5, "row": -1},
+        {"seq": True},
+        {"seq": 5, "last_position": "x"},
+    ],
+)
+def test_bad_offsets_are_config_errors(doc: dict[str, object]) -> None:
+    with pytest.raises(ConfigError) as info:
+        LogOffset.from_dict(doc)
+    assert info.value.field == "offset"
+
+
+def test_table_matcher() -> None:
+    m = TableMatcher(("shop.orders", "crm.*"))
+    assert m("shop", "orders") and m("crm", "x") and not m("shop", "items")
+    assert m.record_wanted((("crm.a", 1),)) and not m.record_wanted((("shop.items", 1),))
+    assert m.record_wanted(())  # DDL records carry no tables
+    assert TableMatcher()("any", "thing")
+
+
+def test_slices_are_contiguous_cover_the_range_and_balance_bytes() -> None:
+    opts = parse_options(PATH)
+    # 20 records of 100 bytes, then one of 1000: three slices of 1000 bytes each
+    sizes = [(seq, 100) for seq in range(10, 30)] + [(30, 1000)]
+    slices = plan_slices(opts, LogOffset(10, 3), LogOffset(31, 2), sizes, 3)
+    assert [(s.lo, s.hi) for s in slices] == [
+        ((10, 3), (20, 0)),
+        ((20, 0), (30, 0)),
+        ((30, 0), (31, 2)),
+    ]
+    assert [s.index for s in slices] == [0, 1, 2]
+    again = pickle.loads(pickle.dumps(slices[1]))
+    assert (again.lo, again.hi, again.options) == (slices[1].lo, slices[1].hi, opts)
+
+
+def test_no_slices_for_an_empty_range_and_at_most_one_per_record() -> None:
+    opts = parse_options(PATH)
+    assert plan_slices(opts, LogOffset(5), LogOffset(5), [(5, 10)], 4) == []
+    assert plan_slices(opts, LogOffset(5), LogOffset(9), [], 4) == []
+    slices = plan_slices(opts, LogOffset(5), LogOffset(7), [(5, 10), (6, 10)], 8)
+    assert [(s.lo, s.hi) for s in slices] == [((5, 0), (6, 0)), ((6, 0), (7, 0))]
