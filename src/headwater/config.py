@@ -15,13 +15,24 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
+from headwater.configfile import (
+    YamlContext,
+    boolean,
+    integer,
+    mapping,
+    number,
+    path_value,
+    scalar,
+    size,
+    string,
+    string_list,
+)
 from headwater.errors import ConfigError
 from headwater.position import (
     BinlogCoordinate,
@@ -48,20 +59,6 @@ __all__ = [
 EVENT_KINDS = ("insert", "update", "delete", "ddl")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _QUALIFIED = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|kib|mib|gib|kb|mb|gb|k|m|g)?\s*$", re.IGNORECASE)
-_UNITS = {
-    None: 1,
-    "b": 1,
-    "k": 1024,
-    "kb": 1000,
-    "kib": 1024,
-    "m": 1024**2,
-    "mb": 1000**2,
-    "mib": 1024**2,
-    "g": 1024**3,
-    "gb": 1000**3,
-    "gib": 1024**3,
-}
 MIB = 1024 * 1024
 
 
@@ -190,19 +187,6 @@ class ReaderConfig:
 
 # --- loading --------------------------------------------------------------------------------
 
-T = TypeVar("T")
-
-
-class _Ctx:
-    def __init__(self, file: str, base: Path, env: dict[str, str]) -> None:
-        self.file = file
-        self.base = base
-        self.env = env
-
-    def error(self, node: yaml.Node | None, path: str, message: str) -> ConfigError:
-        line = node.start_mark.line + 1 if node is not None else None
-        return ConfigError(message, file=self.file, line=line, field=path or None)
-
 
 def load_reader_config(
     path: str | os.PathLike[str], env: dict[str, str] | None = None
@@ -224,7 +208,7 @@ def parse_reader_config(
     env: dict[str, str] | None = None,
 ) -> ReaderConfig:
     """Validate configuration text; ``base`` anchors relative paths (default: cwd)."""
-    ctx = _Ctx(file, base or Path.cwd(), dict(os.environ) if env is None else env)
+    ctx = YamlContext(file, base or Path.cwd(), dict(os.environ) if env is None else env)
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as e:
@@ -234,10 +218,10 @@ def parse_reader_config(
         raise ConfigError(f"not valid YAML: {problem}", file=file, line=line) from None
     if root is None:
         raise ConfigError("the configuration is empty", file=file, line=1)
-    fields = _mapping(
+    fields = mapping(
         ctx, root, "", {"data_dir", "sources", "server"}, required={"data_dir", "sources"}
     )
-    data_dir = _path(ctx, fields["data_dir"], "data_dir")
+    data_dir = path_value(ctx, fields["data_dir"], "data_dir")
     sources_node = fields["sources"]
     if not isinstance(sources_node, yaml.SequenceNode) or not sources_node.value:
         raise ctx.error(sources_node, "sources", "must be a non-empty list of sources")
@@ -278,9 +262,9 @@ _SOURCE_FIELDS = {
 }
 
 
-def _source(ctx: _Ctx, node: yaml.Node, path: str) -> SourceConfig:
-    f = _mapping(ctx, node, path, _SOURCE_FIELDS, required={"name", "user", "server_id"})
-    name = _str(ctx, f["name"], f"{path}.name")
+def _source(ctx: YamlContext, node: yaml.Node, path: str) -> SourceConfig:
+    f = mapping(ctx, node, path, _SOURCE_FIELDS, required={"name", "user", "server_id"})
+    name = string(ctx, f["name"], f"{path}.name")
     if not _NAME.match(name):
         raise ctx.error(
             f["name"],
@@ -292,12 +276,12 @@ def _source(ctx: _Ctx, node: yaml.Node, path: str) -> SourceConfig:
     if "hosts" in f:
         hosts = _hosts(ctx, f["hosts"], f"{path}.hosts")
     elif "host" in f:
-        port = _int(ctx, f["port"], f"{path}.port", 1, 65535) if "port" in f else 3306
-        hosts = (HostConfig(_str(ctx, f["host"], f"{path}.host"), port),)
+        port = integer(ctx, f["port"], f"{path}.port", 1, 65535) if "port" in f else 3306
+        hosts = (HostConfig(string(ctx, f["host"], f"{path}.host"), port),)
     else:
         raise ctx.error(node, f"{path}.host", "missing: give host (and port) or hosts")
     password = _password(ctx, f, path)
-    server_id = _int(ctx, f["server_id"], f"{path}.server_id", 1, 0xFFFFFFFF)
+    server_id = integer(ctx, f["server_id"], f"{path}.server_id", 1, 0xFFFFFFFF)
     kw: dict[str, Any] = {}
     if "start" in f:
         kw["start"] = _start(ctx, f["start"], f"{path}.start")
@@ -306,13 +290,13 @@ def _source(ctx: _Ctx, node: yaml.Node, path: str) -> SourceConfig:
     if "heartbeat" in f:
         kw["heartbeat"] = _heartbeat(ctx, f["heartbeat"], f"{path}.heartbeat")
     if "chunk_bytes" in f:
-        kw["chunk_bytes"] = _size(ctx, f["chunk_bytes"], f"{path}.chunk_bytes", 64 * 1024, 64 * MIB)
+        kw["chunk_bytes"] = size(ctx, f["chunk_bytes"], f"{path}.chunk_bytes", 64 * 1024, 64 * MIB)
     if "heartbeat_period" in f:
-        kw["heartbeat_period"] = _float(
+        kw["heartbeat_period"] = number(
             ctx, f["heartbeat_period"], f"{path}.heartbeat_period", 0.1, 3600
         )
     if "state_interval" in f:
-        kw["state_interval"] = _float(
+        kw["state_interval"] = number(
             ctx, f["state_interval"], f"{path}.state_interval", 0.01, 3600
         )
     if "reconnect" in f:
@@ -322,19 +306,19 @@ def _source(ctx: _Ctx, node: yaml.Node, path: str) -> SourceConfig:
     return SourceConfig(
         name=name,
         hosts=hosts,
-        user=_str(ctx, f["user"], f"{path}.user"),
+        user=string(ctx, f["user"], f"{path}.user"),
         server_id=server_id,
         password=password,
         **kw,
     )
 
 
-def _password(ctx: _Ctx, f: dict[str, yaml.Node], path: str) -> str:
+def _password(ctx: YamlContext, f: dict[str, yaml.Node], path: str) -> str:
     secret = _secret(ctx, f, path, "password")
     return "" if secret is None else secret
 
 
-def _secret(ctx: _Ctx, f: dict[str, yaml.Node], path: str, name: str) -> str | None:
+def _secret(ctx: YamlContext, f: dict[str, yaml.Node], path: str, name: str) -> str | None:
     """``name`` inline, or the first line of ``name_file``, or ``$name_env``; None if none."""
     given = [k for k in (name, f"{name}_file", f"{name}_env") if k in f]
     if len(given) > 1:
@@ -348,24 +332,24 @@ def _secret(ctx: _Ctx, f: dict[str, yaml.Node], path: str, name: str) -> str | N
             raise ctx.error(node, f"{path}.{key}", "must be a string")
         return str(node.value)
     if key.endswith("_file"):
-        p = _path(ctx, node, f"{path}.{key}")
+        p = path_value(ctx, node, f"{path}.{key}")
         try:
             lines = p.read_text(encoding="utf-8").splitlines()
         except OSError as e:
             raise ctx.error(node, f"{path}.{key}", f"cannot read {p}: {e.strerror}") from None
         return lines[0] if lines else ""
-    var = _str(ctx, node, f"{path}.{key}")
+    var = string(ctx, node, f"{path}.{key}")
     if var not in ctx.env:
         raise ctx.error(node, f"{path}.{key}", f"environment variable {var} is not set")
     return ctx.env[var]
 
 
-def _hosts(ctx: _Ctx, node: yaml.Node, path: str) -> tuple[HostConfig, ...]:
+def _hosts(ctx: YamlContext, node: yaml.Node, path: str) -> tuple[HostConfig, ...]:
     if not isinstance(node, yaml.SequenceNode) or not node.value:
         raise ctx.error(node, path, "must be a non-empty list of HOST:PORT strings")
     out = []
     for i, item in enumerate(node.value):
-        text = _str(ctx, item, f"{path}[{i}]")
+        text = string(ctx, item, f"{path}[{i}]")
         host, sep, port = text.rpartition(":")
         if not sep:
             host, port = text, "3306"
@@ -375,7 +359,7 @@ def _hosts(ctx: _Ctx, node: yaml.Node, path: str) -> tuple[HostConfig, ...]:
     return tuple(out)
 
 
-def _start(ctx: _Ctx, node: yaml.Node, path: str) -> StartConfig:
+def _start(ctx: YamlContext, node: yaml.Node, path: str) -> StartConfig:
     if isinstance(node, yaml.ScalarNode):
         value = str(node.value)
         if value in ("earliest", "latest"):
@@ -386,7 +370,7 @@ def _start(ctx: _Ctx, node: yaml.Node, path: str) -> StartConfig:
             "expected earliest, latest, or a mapping with file+offset, gtid or timestamp; "
             f"got {value!r}",
         )
-    f = _mapping(ctx, node, path, {"file", "offset", "gtid", "timestamp"})
+    f = mapping(ctx, node, path, {"file", "offset", "gtid", "timestamp"})
     kinds = [k for k in ("file", "gtid", "timestamp") if k in f]
     if len(kinds) != 1:
         raise ctx.error(node, path, "give exactly one of file (with offset), gtid, timestamp")
@@ -394,12 +378,12 @@ def _start(ctx: _Ctx, node: yaml.Node, path: str) -> StartConfig:
         raise ctx.error(f["offset"], f"{path}.offset", "offset needs file")
     kind = kinds[0]
     if kind == "file":
-        offset = _int(ctx, f["offset"], f"{path}.offset", 4, 2**63) if "offset" in f else 4
+        offset = integer(ctx, f["offset"], f"{path}.offset", 4, 2**63) if "offset" in f else 4
         return StartConfig(
-            "file", coordinate=BinlogCoordinate(_str(ctx, f["file"], f"{path}.file"), offset)
+            "file", coordinate=BinlogCoordinate(string(ctx, f["file"], f"{path}.file"), offset)
         )
     if kind == "gtid":
-        text = _str(ctx, f["gtid"], f"{path}.gtid")
+        text = string(ctx, f["gtid"], f"{path}.gtid")
         try:
             return StartConfig("gtid", gtid_set=parse_gtid_set(text))
         except ValueError as e:
@@ -408,7 +392,7 @@ def _start(ctx: _Ctx, node: yaml.Node, path: str) -> StartConfig:
     return StartConfig("timestamp", ts_us=_timestamp(ctx, ts_node, f"{path}.timestamp"))
 
 
-def _timestamp(ctx: _Ctx, node: yaml.Node, path: str) -> int:
+def _timestamp(ctx: YamlContext, node: yaml.Node, path: str) -> int:
     if not isinstance(node, yaml.ScalarNode):
         raise ctx.error(node, path, "must be an ISO 8601 time or seconds since the epoch")
     text = str(node.value).strip()
@@ -425,13 +409,13 @@ def _timestamp(ctx: _Ctx, node: yaml.Node, path: str) -> int:
     return int(when.timestamp() * 1_000_000)
 
 
-def _filters(ctx: _Ctx, node: yaml.Node, path: str) -> FilterConfig:
-    f = _mapping(ctx, node, path, {"include", "exclude", "events"})
+def _filters(ctx: YamlContext, node: yaml.Node, path: str) -> FilterConfig:
+    f = mapping(ctx, node, path, {"include", "exclude", "events"})
     include = _patterns(ctx, f["include"], f"{path}.include") if "include" in f else ()
     exclude = _patterns(ctx, f["exclude"], f"{path}.exclude") if "exclude" in f else ()
     events: tuple[str, ...] = EVENT_KINDS
     if "events" in f:
-        items = _str_list(ctx, f["events"], f"{path}.events")
+        items = string_list(ctx, f["events"], f"{path}.events")
         for i, (text, item) in enumerate(items):
             if text not in EVENT_KINDS:
                 raise ctx.error(
@@ -443,9 +427,9 @@ def _filters(ctx: _Ctx, node: yaml.Node, path: str) -> FilterConfig:
     return FilterConfig(include, exclude, events)
 
 
-def _patterns(ctx: _Ctx, node: yaml.Node, path: str) -> tuple[str, ...]:
+def _patterns(ctx: YamlContext, node: yaml.Node, path: str) -> tuple[str, ...]:
     out = []
-    for i, (text, item) in enumerate(_str_list(ctx, node, path)):
+    for i, (text, item) in enumerate(string_list(ctx, node, path)):
         try:
             re.compile(text)
         except re.error as e:
@@ -454,63 +438,63 @@ def _patterns(ctx: _Ctx, node: yaml.Node, path: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _heartbeat(ctx: _Ctx, node: yaml.Node, path: str) -> HeartbeatConfig:
-    f = _mapping(ctx, node, path, {"table", "interval", "create"}, required={"table"})
-    table = _str(ctx, f["table"], f"{path}.table")
+def _heartbeat(ctx: YamlContext, node: yaml.Node, path: str) -> HeartbeatConfig:
+    f = mapping(ctx, node, path, {"table", "interval", "create"}, required={"table"})
+    table = string(ctx, f["table"], f"{path}.table")
     if not _QUALIFIED.match(table):
         raise ctx.error(
             f["table"], f"{path}.table", f"expected db.table (plain identifiers), got {table!r}"
         )
     interval = (
-        _float(ctx, f["interval"], f"{path}.interval", 0.05, 3600) if "interval" in f else 1.0
+        number(ctx, f["interval"], f"{path}.interval", 0.05, 3600) if "interval" in f else 1.0
     )
-    create = _bool(ctx, f["create"], f"{path}.create") if "create" in f else True
+    create = boolean(ctx, f["create"], f"{path}.create") if "create" in f else True
     return HeartbeatConfig(table, interval, create)
 
 
-def _backoff(ctx: _Ctx, node: yaml.Node, path: str) -> BackoffConfig:
-    f = _mapping(ctx, node, path, {"initial", "max", "max_attempts"})
-    initial = _float(ctx, f["initial"], f"{path}.initial", 0.001, 3600) if "initial" in f else 0.2
-    top = _float(ctx, f["max"], f"{path}.max", 0.001, 86400) if "max" in f else 30.0
+def _backoff(ctx: YamlContext, node: yaml.Node, path: str) -> BackoffConfig:
+    f = mapping(ctx, node, path, {"initial", "max", "max_attempts"})
+    initial = number(ctx, f["initial"], f"{path}.initial", 0.001, 3600) if "initial" in f else 0.2
+    top = number(ctx, f["max"], f"{path}.max", 0.001, 86400) if "max" in f else 30.0
     if top < initial:
         raise ctx.error(f.get("max", node), f"{path}.max", "must be >= initial")
     attempts = (
-        _int(ctx, f["max_attempts"], f"{path}.max_attempts", 0, 2**31) if "max_attempts" in f else 0
+        integer(ctx, f["max_attempts"], f"{path}.max_attempts", 0, 2**31)
+        if "max_attempts" in f
+        else 0
     )
     return BackoffConfig(initial, top, attempts)
 
 
-def _store(ctx: _Ctx, node: yaml.Node, path: str) -> StoreConfig:
-    f = _mapping(
+def _store(ctx: YamlContext, node: yaml.Node, path: str) -> StoreConfig:
+    f = mapping(
         ctx, node, path, {"durability", "segment_bytes", "retention_age", "retention_bytes"}
     )
     kw: dict[str, Any] = {}
     if "durability" in f:
-        d = _str(ctx, f["durability"], f"{path}.durability")
+        d = string(ctx, f["durability"], f"{path}.durability")
         if d not in ("fsync", "group", "none"):
             raise ctx.error(
                 f["durability"], f"{path}.durability", f"expected fsync, group or none, got {d!r}"
             )
         kw["durability"] = d
     if "segment_bytes" in f:
-        kw["segment_bytes"] = _size(
+        kw["segment_bytes"] = size(
             ctx, f["segment_bytes"], f"{path}.segment_bytes", 64 * 1024, 2**40
         )
     if "retention_age" in f:
-        kw["retention_age_s"] = _float(ctx, f["retention_age"], f"{path}.retention_age", 1, 1e10)
+        kw["retention_age_s"] = number(ctx, f["retention_age"], f"{path}.retention_age", 1, 1e10)
     if "retention_bytes" in f:
-        kw["retention_bytes"] = _size(
-            ctx, f["retention_bytes"], f"{path}.retention_bytes", 1, 2**62
-        )
+        kw["retention_bytes"] = size(ctx, f["retention_bytes"], f"{path}.retention_bytes", 1, 2**62)
     return StoreConfig(**kw)
 
 
-def _server(ctx: _Ctx, node: yaml.Node, path: str) -> ServerConfig:
+def _server(ctx: YamlContext, node: yaml.Node, path: str) -> ServerConfig:
     keys = {"listen", "token_file", "token_env", "max_rows", "max_bytes", "max_wait"}
-    f = _mapping(ctx, node, path, keys)
+    f = mapping(ctx, node, path, keys)
     kw: dict[str, Any] = {}
     if "listen" in f:
-        listen = _str(ctx, f["listen"], f"{path}.listen")
+        listen = string(ctx, f["listen"], f"{path}.listen")
         host, sep, port = listen.rpartition(":")
         if not sep or not host or not port.isdigit() or int(port) > 65535:
             raise ctx.error(f["listen"], f"{path}.listen", f"expected HOST:PORT, got {listen!r}")
@@ -521,114 +505,22 @@ def _server(ctx: _Ctx, node: yaml.Node, path: str) -> ServerConfig:
         raise ctx.error(f[key], f"{path}.{key}", "the token is empty")
     kw["token"] = None if token is None else token.strip()
     if "max_rows" in f:
-        kw["max_rows"] = _int(ctx, f["max_rows"], f"{path}.max_rows", 1000, 10_000_000)
+        kw["max_rows"] = integer(ctx, f["max_rows"], f"{path}.max_rows", 1000, 10_000_000)
     if "max_bytes" in f:
-        kw["max_bytes"] = _size(ctx, f["max_bytes"], f"{path}.max_bytes", MIB, 2**31)
+        kw["max_bytes"] = size(ctx, f["max_bytes"], f"{path}.max_bytes", MIB, 2**31)
     if "max_wait" in f:
-        kw["max_wait_s"] = _float(ctx, f["max_wait"], f"{path}.max_wait", 0, 3600)
+        kw["max_wait_s"] = number(ctx, f["max_wait"], f"{path}.max_wait", 0, 3600)
     return ServerConfig(**kw)
 
 
-# --- typed scalars ----------------------------------------------------------------------------
-
-
-def _mapping(
-    ctx: _Ctx,
-    node: yaml.Node,
-    path: str,
-    allowed: set[str],
-    required: set[str] = frozenset(),  # type: ignore[assignment]
-) -> dict[str, yaml.Node]:
-    if not isinstance(node, yaml.MappingNode):
-        raise ctx.error(node, path, "must be a mapping of field: value")
-    out: dict[str, yaml.Node] = {}
-    for key_node, value_node in node.value:
-        key = str(key_node.value)
-        where = f"{path}.{key}" if path else key
-        if key not in allowed:
-            raise ctx.error(
-                key_node, where, f"unknown field; expected one of {', '.join(sorted(allowed))}"
-            )
-        if key in out:
-            raise ctx.error(key_node, where, "given twice")
-        out[key] = value_node
-    for key in sorted(required - out.keys()):
-        raise ctx.error(node, f"{path}.{key}" if path else key, "missing (required)")
-    return out
-
-
-def _scalar(
-    ctx: _Ctx, node: yaml.Node, path: str, what: str, convert: Callable[[str, str], T]
-) -> T:
-    if not isinstance(node, yaml.ScalarNode):
-        raise ctx.error(node, path, f"must be {what}")
-    try:
-        return convert(str(node.value), node.tag)
-    except (ValueError, TypeError):
-        raise ctx.error(node, path, f"must be {what}, got {node.value!r}") from None
-
-
-def _str(ctx: _Ctx, node: yaml.Node, path: str) -> str:
-    def conv(v: str, tag: str) -> str:
-        if tag != "tag:yaml.org,2002:str" or not v:
-            raise ValueError(v)
-        return v
-
-    return _scalar(ctx, node, path, "a non-empty string", conv)
-
-
-def _int(ctx: _Ctx, node: yaml.Node, path: str, lo: int, hi: int) -> int:
-    def conv(v: str, tag: str) -> int:
-        if tag != "tag:yaml.org,2002:int":
-            raise ValueError(v)
-        return int(v.replace("_", ""), 0)
-
-    value = _scalar(ctx, node, path, "an integer", conv)
-    if not lo <= value <= hi:
-        raise ctx.error(node, path, f"must be in {lo}..{hi}, got {value}")
-    return value
-
-
-def _float(ctx: _Ctx, node: yaml.Node, path: str, lo: float, hi: float) -> float:
-    def conv(v: str, tag: str) -> float:
-        if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
-            raise ValueError(v)
-        return float(v.replace("_", ""))
-
-    value = _scalar(ctx, node, path, "a number (seconds)", conv)
-    if not lo <= value <= hi:
-        raise ctx.error(node, path, f"must be in {lo:g}..{hi:g}, got {value:g}")
-    return value
-
-
-def _bool(ctx: _Ctx, node: yaml.Node, path: str) -> bool:
-    def conv(v: str, tag: str) -> bool:
-        if tag != "tag:yaml.org,2002:bool":
-            raise ValueError(v)
-        return v.lower() in ("true", "yes", "on")
-
-    return _scalar(ctx, node, path, "true or false", conv)
-
-
-def _size(ctx: _Ctx, node: yaml.Node, path: str, lo: int, hi: int) -> int:
-    def conv(v: str, tag: str) -> int:
-        m = _SIZE.match(v)
-        if m is None:
-            raise ValueError(v)
-        return int(m.group(1)) * _UNITS[m.group(2).lower() if m.group(2) else None]
-
-    value = _scalar(ctx, node, path, "a size in bytes (8388608, 8MiB, 512KiB)", conv)
-    if not lo <= value <= hi:
-        raise ctx.error(node, path, f"must be in {lo}..{hi} bytes, got {value}")
-    return value
-
-
-def _path(ctx: _Ctx, node: yaml.Node, path: str) -> Path:
-    p = Path(_str(ctx, node, path)).expanduser()
-    return p if p.is_absolute() else ctx.base / p
-
-
-def _str_list(ctx: _Ctx, node: yaml.Node, path: str) -> list[tuple[str, yaml.Node]]:
-    if not isinstance(node, yaml.SequenceNode):
-        raise ctx.error(node, path, "must be a list of strings")
-    return [(_str(ctx, item, f"{path}[{i}]"), item) for i, item in enumerate(node.value)]
+# The helpers' former private names, kept for modules that still import them from here.
+_Ctx = YamlContext
+_mapping = mapping
+_scalar = scalar
+_str = string
+_int = integer
+_float = number
+_bool = boolean
+_size = size
+_path = path_value
+_str_list = string_list
