@@ -162,3 +162,13 @@ def test_no_slices_for_an_empty_range_and_at_most_one_per_record() -> None:
     assert plan_slices(opts, LogOffset(5), LogOffset(9), [], 4) == []
     slices = plan_slices(opts, LogOffset(5), LogOffset(7), [(5, 10), (6, 10)], 8)
     assert [(s.lo, s.hi) for s in slices] == [((5, 0), (6, 0)), ((6, 0), (7, 0))]
+
+
+def test_the_spark_package_exports_what_its_all_lists() -> None:
+    import headwater.spark as pkg
+
+    assert sorted(pkg.__all__) == pkg.__all__
+    assert {"register", "table_changes", "HeadwaterDataSource"} <= set(pkg.__all__)
+    for name in pkg.__all__:
+        assert getattr(pkg, name) is not None
+    assert pkg.HeadwaterDataSource.name() == "headwater"
