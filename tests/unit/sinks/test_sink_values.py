@@ -1,0 +1,110 @@
+"""JSON image values back to SQL parameters; PostgreSQL types; DDL rewriting; registry."""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+from decimal import Decimal
+
+import pytest
+
+from headwater.errors import ConfigError
+from headwater.schema.model import Column
+from headwater.sinks import SINKS, ConnectionOptions, StaticSchema, sink_factory
+from headwater.sinks.mysql.client import rewrite_databases
+from headwater.sinks.postgres.client import pg_type
+from headwater.sinks.values import ValueRules, converter, parse_time
+
+KEEP = ValueRules("keep")
+NULL = ValueRules("null", text_bytes=False)
+
+
+def c(data_type: str, column_type: str | None = None, **kw: object) -> Column:
+    return Column("c", data_type, column_type or data_type, **kw)  # type: ignore[arg-type]
+
+
+def test_decimal_strings_become_exact_decimals() -> None:
+    assert converter(c("decimal", "decimal(6,2)"), KEEP)("-12.30") == Decimal("-12.30")
+
+
+def test_base64_becomes_bytes() -> None:
+    assert converter(c("blob", charset="binary"), KEEP)({"base64": "AP8="}) == b"\x00\xff"
+
+
+def test_time_beyond_a_day_and_negative() -> None:
+    assert parse_time("-838:59:59") == -dt.timedelta(hours=838, minutes=59, seconds=59)
+    assert parse_time("100:00:00.000005") == dt.timedelta(hours=100, microseconds=5)
+
+
+def test_timestamps_keep_their_utc_offset() -> None:
+    got = converter(c("timestamp"), KEEP)("2022-04-20T22:18:04+00:00")
+    assert got == dt.datetime(2022, 4, 20, 22, 18, 4, tzinfo=dt.UTC)
+
+
+def test_zero_dates_are_kept_nulled_or_refused() -> None:
+    assert converter(c("date"), KEEP)("0000-00-00") == "0000-00-00"
+    assert converter(c("datetime"), NULL)("2020-00-15 00:00:00") is None
+    with pytest.raises(ValueError, match="zero date"):
+        converter(c("date"), ValueRules("fail"))("0000-00-00")
+
+
+def test_set_members_join_and_undecodable_text_depends_on_the_target() -> None:
+    assert converter(c("set"), KEEP)(["a", "b"]) == "a,b"
+    raw = {"undecodable_text_base64": "/w=="}
+    assert converter(c("varchar", charset="utf8mb4"), KEEP)(raw) == b"\xff"
+    assert converter(c("varchar", charset="utf8mb4"), NULL)(raw) == "\ufffd"
+
+
+def test_null_stays_null() -> None:
+    assert converter(c("decimal", "decimal(6,2)"), KEEP)(None) is None
+
+
+@pytest.mark.parametrize(
+    ("data_type", "column_type", "unsigned", "expected"),
+    [
+        ("bigint", "bigint unsigned", True, "numeric(20)"),
+        ("int", "int unsigned", True, "bigint"),
+        ("tinyint", "tinyint", False, "smallint"),
+        ("decimal", "decimal(30,10)", False, "numeric(30,10)"),
+        ("datetime", "datetime(3)", False, "timestamp(3)"),
+        ("timestamp", "timestamp", False, "timestamptz"),
+        ("time", "time(6)", False, "interval"),
+        ("varchar", "varchar(20)", False, "varchar(20)"),
+        ("json", "json", False, "jsonb"),
+        ("longblob", "longblob", False, "bytea"),
+    ],
+)
+def test_postgres_types(data_type: str, column_type: str, unsigned: bool, expected: str) -> None:
+    assert pg_type(c(data_type, column_type, unsigned=unsigned)) == expected
+
+
+def test_ddl_database_names_are_mapped() -> None:
+    sql = rewrite_databases("ALTER TABLE src.items ADD COLUMN x INT", {"src": "dst"})
+    assert sql == "ALTER TABLE dst.items ADD COLUMN x INT"
+    assert rewrite_databases("CREATE DATABASE src", {"src": "dst"}) == "CREATE DATABASE dst"
+    assert rewrite_databases("ALTER TABLE other.t DROP x", {"src": "dst"}).startswith(
+        "ALTER TABLE other.t"
+    )
+
+
+def test_sinks_are_listed_with_capabilities_as_data() -> None:
+    assert sorted(SINKS) == ["mysql", "parquet_log", "parquet_mirror", "postgres"]
+    caps = {name: sink_factory(name).capabilities for name in SINKS}
+    assert [n for n, cap in caps.items() if cap.transactional] == ["mysql", "postgres"]
+    assert [n for n, cap in caps.items() if cap.applies_ddl] == ["mysql"]
+    with pytest.raises(ConfigError, match="unknown sink 'kafka'"):
+        sink_factory("kafka")
+
+
+def test_sinks_pickle_and_never_hold_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    from headwater.sinks.postgres import PostgresSink, PostgresSinkConfig
+
+    monkeypatch.setenv("HW_TEST_PG_PASSWORD", "s3cret")
+    options = ConnectionOptions(password_env="HW_TEST_PG_PASSWORD")
+    sink = PostgresSink(PostgresSinkConfig("p", options, StaticSchema(())))
+    data = pickle.dumps(sink)
+    assert b"s3cret" not in data and "s3cret" not in repr(sink.config)
+    assert pickle.loads(data).config == sink.config
+    assert options.password() == "s3cret"
+    with pytest.raises(ConfigError, match="HW_TEST_MISSING is not set"):
+        ConnectionOptions(password_env="HW_TEST_MISSING").password()
