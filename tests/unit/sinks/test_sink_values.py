@@ -108,3 +108,27 @@ def test_sinks_pickle_and_never_hold_the_password(monkeypatch: pytest.MonkeyPatc
     assert options.password() == "s3cret"
     with pytest.raises(ConfigError, match="HW_TEST_MISSING is not set"):
         ConnectionOptions(password_env="HW_TEST_MISSING").password()
+
+
+def test_schema_file_reads_the_history_at_a_position_without_touching_it(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from headwater.position import Position
+    from headwater.schema.history import SchemaHistory
+    from headwater.schema.model import TableDef
+    from headwater.sinks import SchemaFile
+
+    path = Path(str(tmp_path)) / "schema.jsonl"
+    v1 = TableDef("shop", "t", (Column("id", "int", "int", nullable=False),), primary_key=("id",))
+    with SchemaHistory.open(path) as history:
+        history.bootstrap({("shop", "t"): v1}, Position(0, 1, 4))
+        history.apply_ddl("ALTER TABLE t ADD COLUMN v INT", "shop", Position(0, 1, 500))
+    with open(path, "ab") as f:
+        f.write(b'{"torn')  # a writer in the middle of a line
+    size = path.stat().st_size
+    schema = SchemaFile(str(path))
+    assert schema.table_at("shop", "t", Position(0, 1, 100)) == v1
+    later = schema.table_at("shop", "t", Position(0, 1, 600))
+    assert later is not None and later.column_names == ("id", "v")
+    assert path.stat().st_size == size  # the live file was not repaired under its writer
+    assert pickle.loads(pickle.dumps(schema)) == schema
