@@ -9,9 +9,7 @@ task's fde.bin and schema history) and rendered with ``change_row_values``.
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +28,6 @@ from tests.integration.test_reader_capture import (
     stored_records,
     wait_caught_up,
 )
-
-# Spark's Python workers (data source planning and reads) run PYSPARK_PYTHON, "python3" on
-# PATH by default, which need not be this venv. The JVM reads it once, at launch: this
-# module is imported at collection, before the session-scoped ``spark`` fixture starts it.
-# (build_session should set it; reported to the lead.)
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 DB = "spark_src"
 TASK = "shop"

@@ -95,8 +95,15 @@ class SchemaHistory:
     # -- persistence ---------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, mariadb: bool = True) -> SchemaHistory:
-        """Load the history at ``path`` (created if missing) and append to it from now on."""
+    def open(
+        cls, path: str | os.PathLike[str], *, mariadb: bool = True, read_only: bool = False
+    ) -> SchemaHistory:
+        """Load the history at ``path`` (created if missing) and append to it from now on.
+
+        ``read_only``: for consumers of a history another process writes (a running
+        reader): a torn last line is skipped but the file is never truncated or appended
+        to, and changes made to the loaded history stay in memory.
+        """
         history = cls(mariadb=mariadb)
         history.path = Path(path)
         good = 0
@@ -118,12 +125,13 @@ class SchemaHistory:
                         break
                     raise SchemaError(f"{path}: record {n + 1} is corrupt: {exc}") from None
                 good += len(line) + 1
-            if good < len(data):
+            if good < len(data) and not read_only:
                 with open(history.path, "r+b") as f:
                     f.truncate(good)
                     f.flush()
                     os.fsync(f.fileno())
-        history._file = open(history.path, "ab")  # noqa: SIM115 -- kept open for appends
+        if not read_only:
+            history._file = open(history.path, "ab")  # noqa: SIM115 -- kept open for appends
         return history
 
     def close(self) -> None:

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import shutil
-import tempfile
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,17 +76,13 @@ def open_log(options: SourceOptions, *, decoding: bool = True) -> LocalLog | Htt
 
 
 def load_history(path: Path) -> SchemaHistory | None:
-    """The schema history at ``path`` (None if missing), read from a private copy."""
+    """The schema history at ``path`` (None if missing), opened read-only: the reader may
+    be appending to it."""
     from headwater.schema.history import SchemaHistory
 
     if not path.exists():
         return None
-    with tempfile.TemporaryDirectory(prefix="headwater-schema-") as tmp:
-        copy = Path(tmp) / "schema.jsonl"
-        shutil.copyfile(path, copy)
-        history = SchemaHistory.open(copy)
-        history.close()
-    return history
+    return SchemaHistory.open(path, read_only=True)
 
 
 class LocalLog:

@@ -10,6 +10,7 @@ carry UTC instants), and Debian's MariaDB JDBC driver on the class path when it 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,9 @@ def build_session(
     """A configured :class:`SparkSession` (``getOrCreate``: an existing one is reused)."""
     from pyspark.sql import SparkSession
 
+    # Python workers must run this interpreter (the one that has headwater installed), not
+    # whatever python3 is first on PATH; Spark reads this before it starts the JVM.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)

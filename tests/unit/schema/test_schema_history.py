@@ -143,6 +143,19 @@ def test_torn_last_line_is_ignored_and_cut_off(
         assert h.table(DB, "users").column_names == ("id", "name", "a", "b")  # type: ignore[union-attr]
 
 
+def test_read_only_open_never_touches_a_file_being_written(tmp_path: Path) -> None:
+    path = tmp_path / "schema.jsonl"
+    with _history(path) as h:
+        h.apply_ddl("ALTER TABLE users ADD COLUMN a INT", DB, P(200))
+    partial = path.read_bytes() + b'{"v":1,"kind":"ddl","version":3,"po'  # a write under way
+    path.write_bytes(partial)
+    with SchemaHistory.open(path, read_only=True) as h:
+        assert h.version == 2
+        h.apply_ddl("ALTER TABLE users ADD COLUMN b INT", DB, P(300))  # in memory only
+        assert h.table(DB, "users").column_names == ("id", "name", "a", "b")  # type: ignore[union-attr]
+    assert path.read_bytes() == partial
+
+
 def test_corrupt_line_before_the_last_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "schema.jsonl"
     with _history(path) as h:
