@@ -233,12 +233,13 @@ def write_config(
     pg: dict[str, Any] | None = None,
     extra_transforms: str = "",
     name: str = "e2e",
+    ddl: str = "apply",
 ) -> Path:
     sinks = ""
     if target is not None:
         sinks += (
             f"  - type: mysql\n    host: {target.host}\n    port: {target.port}\n"
-            "    user: root\n    create_tables: true\n    shards: 2\n"
+            f"    user: root\n    create_tables: true\n    shards: 2\n    ddl: {ddl}\n"
         )
     if pg is not None:
         sinks += (

@@ -1,0 +1,298 @@
+"""Pipeline: source commit to target apply, headwater against a naive replicator.
+
+Starts a sandbox source MariaDB (binlog on) and a target MariaDB, and a reader task on the
+source. Then, in the same run:
+
+* throughput: a workload of N row changes (multi-row INSERT transactions, then UPDATEs and
+  DELETEs) is committed on the source; each contender then brings the target to the
+  source's state from the same binlog start, timed from its start to the last apply:
+
+  - ``naive``: python-mysql-replication's ``BinLogStreamReader`` over the same binlog,
+    applying each row with one statement (INSERT / UPDATE / DELETE by primary key,
+    autocommit) through PyMySQL -- what a small hand-written replicator does;
+  - ``headwater``: the reader's catch-up on the same binlog, then ``headwater pipeline``
+    (Spark, ``availableNow``) into the target's ``bench_hw`` database with the MySQL sink.
+    The Spark session is started before the clock (a pipeline is a long-running service).
+
+  Both targets are compared with the source (row count and checksum) before a rate counts.
+* latency: a steady ``--rate`` rows/s (default 1000) of single-row-batch commits for
+  ``--seconds``, each row carrying its id; the commit time is taken when COMMIT returns; a
+  poller reads the target every 20 ms and records when each id becomes visible; prints
+  p50 and p99 of visible - committed.
+
+Last line: ``pipeline_speedup_vs_naive=<headwater rows/s / naive rows/s>``.
+``--quick``: 20 000 rows and 8 s of latency (about a minute, of which Spark's start-up is
+10-15 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from headwater.config import FilterConfig, HostConfig, SourceConfig, StartConfig
+from headwater.position import BinlogCoordinate
+from headwater.reader.task import ReaderTask
+from headwater.sandbox import MariadbSandbox, SandboxOptions
+from headwater.spark.pipeline_config import parse_pipeline_config
+from headwater.spark.runner import PipelineRunner
+
+TABLE = (
+    "CREATE TABLE IF NOT EXISTS {db}.t (id INT PRIMARY KEY, a INT NOT NULL,"
+    " b VARCHAR(64) NULL, c DECIMAL(10,2) NULL, ts BIGINT NOT NULL)"
+)
+
+
+def checksum(server: MariadbSandbox, db: str) -> tuple[int, int]:
+    rows = server.query(
+        f"SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS('|', id, a, COALESCE(b, '-'),"
+        f" COALESCE(c, '-')))), 0) FROM {db}.t"
+    )
+    return int(rows[0][0]), int(rows[0][1])
+
+
+def workload(source: MariadbSandbox, rows: int) -> int:
+    """Inserts ``rows`` rows (1000 per transaction), updates half, deletes a tenth.
+    Returns the number of row changes."""
+    conn = source.connect("bench")
+    changes = 0
+    with conn.cursor() as cur:
+        for first in range(0, rows, 1000):
+            n = min(1000, rows - first)
+            cur.execute(
+                f"INSERT INTO t SELECT seq, seq * 3, MD5(seq), seq / 7, 0"
+                f" FROM seq_{first + 1}_to_{first + n}"
+            )
+            conn.commit()
+            changes += n
+        for first in range(0, rows, 2000):
+            cur.execute(
+                f"UPDATE t SET a = a + 1, b = NULL WHERE id BETWEEN {first + 1} AND {first + 1000}"
+            )
+            conn.commit()
+            changes += cur.rowcount
+        cur.execute("DELETE FROM t WHERE id % 10 = 0")
+        conn.commit()
+        changes += cur.rowcount
+    conn.close()
+    return changes
+
+
+# --- the naive replicator -----------------------------------------------------------------
+
+
+def naive(source: MariadbSandbox, target: MariadbSandbox, start: tuple[str, int]) -> float:
+    """Seconds for python-mysql-replication + one statement per row to apply the log."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    conn = target.connect("bench_naive")
+    conn.autocommit(True)
+    stream = BinLogStreamReader(
+        connection_settings={"host": source.host, "port": source.port, "user": "root",
+                             "passwd": ""},
+        server_id=9901,
+        log_file=start[0],
+        log_pos=start[1],
+        resume_stream=True,
+        blocking=False,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        only_schemas=["bench"],
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    with conn.cursor() as cur:
+        for event in stream:
+            for row in event.rows:
+                if isinstance(event, WriteRowsEvent):
+                    v = row["values"]
+                    cur.execute(
+                        "INSERT INTO t (id, a, b, c, ts) VALUES (%s, %s, %s, %s, %s)",
+                        (v["id"], v["a"], v["b"], v["c"], v["ts"]),
+                    )
+                elif isinstance(event, UpdateRowsEvent):
+                    v, k = row["after_values"], row["before_values"]["id"]
+                    cur.execute(
+                        "UPDATE t SET id=%s, a=%s, b=%s, c=%s, ts=%s WHERE id=%s",
+                        (v["id"], v["a"], v["b"], v["c"], v["ts"], k),
+                    )
+                else:
+                    cur.execute("DELETE FROM t WHERE id=%s", (row["values"]["id"],))
+    elapsed = time.perf_counter() - t0
+    stream.close()
+    conn.close()
+    return elapsed
+
+
+# --- headwater ----------------------------------------------------------------------------
+
+
+def pipeline_yaml(task_dir: Path, target: MariadbSandbox, checkpoint: Path) -> str:
+    return (
+        "name: bench\n"
+        f"source: {{path: {task_dir}, max_rows_per_trigger: 200000}}\n"
+        f"checkpoint: {checkpoint}\n"
+        "transforms:\n  - rename_database: {bench: bench_hw}\n"
+        "sinks:\n"
+        f"  - {{type: mysql, host: {target.host}, port: {target.port}, user: root,"
+        " create_tables: true, ddl: skip, shards: 2, batch_rows: 1000}\n"
+    )
+
+
+def wait(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def caught_up(task: ReaderTask, source: MariadbSandbox) -> bool:
+    if task.state == "failed":
+        raise SystemExit(f"reader failed: {task.error}")
+    target = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
+    return task.gtid_set is not None and str(task.gtid_set) == target
+
+
+def latency(
+    source: MariadbSandbox, target: MariadbSandbox, rate: int, seconds: float, first_id: int
+) -> list[float]:
+    """Commit-to-visible latencies (seconds) of ``rate`` rows/s for ``seconds``."""
+    committed: dict[int, float] = {}
+    visible: dict[int, float] = {}
+    stop = threading.Event()
+
+    def poll() -> None:
+        conn = target.connect("bench_hw")
+        conn.autocommit(True)
+        last = first_id
+        with conn.cursor() as cur:
+            while not stop.is_set():
+                cur.execute("SELECT id FROM t WHERE id > %s", (last,))
+                now = time.time()
+                for (i,) in cur.fetchall():
+                    visible.setdefault(i, now)
+                    last = max(last, i)
+                time.sleep(0.02)  # the polling period of the measurement
+        conn.close()
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    conn = source.connect("bench")
+    per_tick = max(1, rate // 50)
+    next_id = first_id + 1
+    t0 = time.monotonic()
+    with conn.cursor() as cur:
+        while time.monotonic() - t0 < seconds:
+            ids = range(next_id, next_id + per_tick)
+            cur.execute("INSERT INTO t VALUES " + ",".join(f"({i}, 0, NULL, NULL, 0)" for i in ids))
+            conn.commit()
+            now = time.time()
+            committed.update(dict.fromkeys(ids, now))
+            next_id += per_tick
+            time.sleep(max(0.0, t0 + (next_id - first_id) / rate - time.monotonic()))
+    conn.close()
+    last_id = next_id - 1
+    deadline = time.monotonic() + 60
+    while last_id not in visible and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    poller.join(5)
+    return sorted(visible[i] - committed[i] for i in committed if i in visible)
+
+
+def pct(values: list[float], p: float) -> float:
+    return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=None)
+    args = ap.parse_args()
+    rows = args.rows or (20_000 if args.quick else 100_000)
+    seconds = args.seconds or (8.0 if args.quick else 30.0)
+
+    tmp = Path(tempfile.mkdtemp(prefix="hw-bench-pipeline-"))
+    source = MariadbSandbox(SandboxOptions()).start()
+    target = MariadbSandbox(SandboxOptions(server_id=2, log_bin=False)).start()
+    task = None
+    try:
+        source.execute("CREATE DATABASE bench", TABLE.format(db="bench"))
+        target.execute(
+            "CREATE DATABASE bench_naive", "CREATE DATABASE bench_hw",
+            TABLE.format(db="bench_naive"), TABLE.format(db="bench_hw"),
+        )  # fmt: skip
+        start = source.binlog_position()
+        config = SourceConfig(
+            name="bench",
+            hosts=(HostConfig(source.host, source.port),),
+            user="root",
+            server_id=4242,
+            start=StartConfig("file", coordinate=BinlogCoordinate(*start)),
+            filters=FilterConfig(include=(r"bench\..*",)),
+            state_interval=0.05,
+        )
+        task = ReaderTask(config, tmp / "task")
+        reader = threading.Thread(target=task.run, daemon=True)
+        reader.start()
+
+        changes = workload(source, rows)
+        expected = checksum(source, "bench")
+        print(f"workload: {changes} row changes, {expected[0]} rows left", file=sys.stderr)
+
+        naive_s = naive(source, target, start)
+        assert checksum(target, "bench_naive") == expected, "naive target differs"
+        naive_rate = changes / naive_s
+        print(f"naive: {naive_s:.2f} s, {naive_rate:,.0f} rows/s")
+
+        pipeline = parse_pipeline_config(
+            pipeline_yaml(tmp / "task", target, tmp / "checkpoint"), file="bench.yaml"
+        )
+        runner = PipelineRunner(pipeline)
+        runner.spark.sparkContext.setLogLevel("ERROR")
+        runner.spark.range(1).collect()  # JVM and session up before the clock
+        t0 = time.perf_counter()
+        wait(lambda: caught_up(task, source), 300, "the reader")
+        reader_s = time.perf_counter() - t0
+        query = runner.start(available_now=True)
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise SystemExit(f"pipeline failed: {query.exception()}")
+        hw_s = time.perf_counter() - t0
+        assert checksum(target, "bench_hw") == expected, "headwater target differs"
+        hw_rate = changes / hw_s
+        print(f"headwater: {hw_s:.2f} s ({reader_s:.2f} s reader catch-up), {hw_rate:,.0f} rows/s")
+
+        # Latency: a continuous query (trigger as fast as possible).
+        stop = threading.Event()
+        running = threading.Thread(target=lambda: runner.run(stop=stop, progress=sys.stderr))
+        running.start()
+        lat = latency(source, target, args.rate, seconds, first_id=10_000_000)
+        stop.set()
+        running.join(120)
+        print(
+            f"latency at {args.rate} rows/s for {seconds:.0f} s: {len(lat)} rows,"
+            f" p50={pct(lat, 0.5):.3f} s p99={pct(lat, 0.99):.3f} s"
+        )
+        print(f"latency_p50_s={pct(lat, 0.5):.3f}")
+        print(f"latency_p99_s={pct(lat, 0.99):.3f}")
+        print(f"pipeline_speedup_vs_naive={hw_rate / naive_rate:.1f}")
+    finally:
+        if task is not None:
+            task.request_stop()
+        source.stop()
+        target.stop()
+
+
+if __name__ == "__main__":
+    main()
