@@ -106,25 +106,9 @@ class SchemaHistory:
         """
         history = cls(mariadb=mariadb)
         history.path = Path(path)
-        good = 0
         if history.path.exists():
             data = history.path.read_bytes()
-            lines = data.split(b"\n")
-            for n, line in enumerate(lines):
-                last = n == len(lines) - 1
-                if not line:
-                    continue
-                try:
-                    if last:  # no newline after it: the write did not finish
-                        raise ValueError("no newline at the end")
-                    record = json.loads(line)
-                    history._replay(record)
-                except (ValueError, KeyError, TypeError) as exc:
-                    if n >= len(lines) - 2 and (last or not any(lines[n + 1 :])):
-                        log.warning("%s: ignoring a torn last record (%s)", path, exc)
-                        break
-                    raise SchemaError(f"{path}: record {n + 1} is corrupt: {exc}") from None
-                good += len(line) + 1
+            good = history._load(data, str(path))
             if good < len(data) and not read_only:
                 with open(history.path, "r+b") as f:
                     f.truncate(good)
@@ -133,6 +117,36 @@ class SchemaHistory:
         if not read_only:
             history._file = open(history.path, "ab")  # noqa: SIM115 -- kept open for appends
         return history
+
+    @classmethod
+    def loads(
+        cls, data: bytes, *, mariadb: bool = True, name: str = "<schema history>"
+    ) -> SchemaHistory:
+        """A history from the bytes of a history file (as served by the HTTP API), in
+        memory only; a torn last line is skipped as :meth:`open` does."""
+        history = cls(mariadb=mariadb)
+        history._load(data, name)
+        return history
+
+    def _load(self, data: bytes, name: str) -> int:
+        """Replay the records of a history file; returns the length of its whole lines."""
+        good = 0
+        lines = data.split(b"\n")
+        for n, line in enumerate(lines):
+            last = n == len(lines) - 1
+            if not line:
+                continue
+            try:
+                if last:  # no newline after it: the write did not finish
+                    raise ValueError("no newline at the end")
+                self._replay(json.loads(line))
+            except (ValueError, KeyError, TypeError) as exc:
+                if n >= len(lines) - 2 and (last or not any(lines[n + 1 :])):
+                    log.warning("%s: ignoring a torn last record (%s)", name, exc)
+                    break
+                raise SchemaError(f"{name}: record {n + 1} is corrupt: {exc}") from None
+            good += len(line) + 1
+        return good
 
     def close(self) -> None:
         if self._file is not None:

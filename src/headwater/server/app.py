@@ -9,6 +9,8 @@ GET      /metrics         Prometheus text (metrics.py)
 GET      /v1/info         the server and, per task, retained range, positions, status
 POST     /v1/subscribe    resolve a start point; returns the first checkpoint
 POST     /v1/fetch        the next batch after a checkpoint (batch.py), long-poll
+POST     /v1/decoding     what a client needs to decode raw records itself: the task's
+                          FORMAT_DESCRIPTION and its schema history file
 =======  ===============  ===========================================================
 
 Errors are JSON ``{"error": reason, "field": field-or-null, ...}``: 400 malformed request
@@ -20,8 +22,10 @@ is compared in constant time and never logged.
 
 from __future__ import annotations
 
+import base64
 import hmac
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -57,6 +61,7 @@ _ROUTES = {
     "/v1/info": "GET",
     "/v1/subscribe": "POST",
     "/v1/fetch": "POST",
+    "/v1/decoding": "POST",
 }
 
 
@@ -157,6 +162,34 @@ class HeadwaterServer:
             }
         server = {"name": "headwater", "version": __version__, "api": "v1"}
         return {"server": {**server, "formats": list(FORMATS)}, "tasks": tasks}
+
+    def decoding(self, body: Any) -> dict[str, Any]:
+        """The task's FORMAT_DESCRIPTION (fields; ``post_header_len`` in base64) and its
+        schema history file (base64 of the JSON lines; null when the task has none), so
+        that clients of the raw formats decode exactly as the server does."""
+        if not isinstance(body, dict) or not isinstance(body.get("task"), str):
+            raise RequestError(400, "must be the name of a task", "task")
+        handle = self.task(body["task"], "task")
+        fde = handle.format_description()
+        history_path = getattr(handle.schema, "path", None)
+        history: str | None = None
+        if history_path is not None and os.path.exists(history_path):
+            with open(history_path, "rb") as f:
+                history = base64.b64encode(f.read()).decode("ascii")
+        return {
+            "task": body["task"],
+            "format_description": None
+            if fde is None
+            else {
+                "binlog_version": fde.binlog_version,
+                "server_version": fde.server_version,
+                "created": fde.created,
+                "header_len": fde.header_len,
+                "post_header_len": base64.b64encode(fde.post_header_len).decode("ascii"),
+                "checksum_alg": fde.checksum_alg,
+            },
+            "schema_history": history,
+        }
 
     def subscribe(self, body: Any) -> dict[str, Any]:
         sub, start = parse_subscribe(body)
@@ -287,6 +320,8 @@ class _Handler(BaseHTTPRequestHandler):
         doc = self._parse_json(body)
         if path == "/v1/subscribe":
             return self._json(200, app.subscribe(doc))
+        if path == "/v1/decoding":
+            return self._json(200, app.decoding(doc))
         content_type, pieces, _n = app.fetch(doc)
         return self._send(200, content_type, pieces)
 

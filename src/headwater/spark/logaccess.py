@@ -10,11 +10,9 @@ decoding needs (the source's FORMAT_DESCRIPTION and the schema history).
   must never happen to the file a running reader is writing.
 * :class:`HttpLog` talks to ``/v1/subscribe`` and ``/v1/fetch`` with the ``raw`` format
   (store records with their binlog payload; the server filters whole records by the
-  ``tables`` option and always sends DDL). The API does not serve the source's
-  FORMAT_DESCRIPTION or schema history, so records are decoded with the default
-  post-header lengths and without history: exact for sources logging with
-  ``binlog_row_metadata=FULL`` (names, keys, signedness and charsets are in the TABLE_MAPs),
-  ``@1, @2, ...`` names for MINIMAL metadata (see docs/formats.md, "Spark source").
+  ``tables`` option and always sends DDL), and reads the source's FORMAT_DESCRIPTION and
+  schema history from ``/v1/decoding``, so records decode exactly as from the task
+  directory (MINIMAL metadata included).
 
 Neither holds a whole transaction: records are chunks, read one at a time.
 """
@@ -72,7 +70,7 @@ def open_log(options: SourceOptions, *, decoding: bool = True) -> LocalLog | Htt
     """The log the options name; ``decoding`` also loads the FDE and schema history."""
     if options.path is not None:
         return LocalLog(options, decoding=decoding)
-    return HttpLog(options)
+    return HttpLog(options, decoding=decoding)
 
 
 def load_history(path: Path) -> SchemaHistory | None:
@@ -128,7 +126,9 @@ class LocalLog:
 class HttpLog:
     """A reader task served by ``headwater.server`` (raw records over HTTP/1.1 keep-alive)."""
 
-    def __init__(self, options: SourceOptions, *, timeout: float = 120.0) -> None:
+    def __init__(
+        self, options: SourceOptions, *, decoding: bool = True, timeout: float = 120.0
+    ) -> None:
         assert options.server is not None
         self.fde: FormatDescription | None = None
         self.schema: SchemaLookup | None = None
@@ -139,6 +139,33 @@ class HttpLog:
         self._prefix = url.path.rstrip("/")
         cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         self._conn = cls(url.hostname, url.port, timeout=timeout)
+        if decoding:
+            self._load_decoding()
+
+    def _load_decoding(self) -> None:
+        """The source's FORMAT_DESCRIPTION and schema history, from ``/v1/decoding``, so
+        that records decode here exactly as in the reader (MINIMAL metadata included)."""
+        from headwater.schema.history import SchemaHistory
+
+        answer = self._call("POST", "/v1/decoding", {"task": self._options.task})
+        fd = answer.get("format_description")
+        if fd is not None:
+            self.fde = FormatDescription(
+                int(fd["binlog_version"]),
+                str(fd["server_version"]),
+                int(fd["created"]),
+                int(fd["header_len"]),
+                base64.b64decode(fd["post_header_len"]),
+                int(fd["checksum_alg"]),
+            )
+        history = answer.get("schema_history")
+        if history is not None:
+            mariadb = self.fde.is_mariadb if self.fde is not None else True
+            self.schema = SchemaHistory.loads(
+                base64.b64decode(history),
+                mariadb=mariadb,
+                name=f"{self._options.server} task {self._options.task} schema history",
+            )
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else orjson.dumps(body)
