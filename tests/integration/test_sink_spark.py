@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import random
 import re
-import sys
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -21,11 +19,6 @@ from headwater.sinks.files import MirrorConfig, ParquetChangeLog, ParquetLogConf
 from headwater.sinks.mysql import MysqlSink, MysqlSinkConfig
 from headwater.spark.schema import change_schema
 from tests.integration.sink_support import col, items_table, row
-
-# Python workers must run this interpreter (the one with headwater installed); Spark reads
-# PYSPARK_PYTHON when the session starts, after collection has imported this module.
-# (headwater.spark.session.build_session does not set spark.pyspark.python: reported.)
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import enum
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -170,9 +168,8 @@ class StaticSchema:
 class SchemaFile:
     """The reader task's schema history file (``schema.jsonl``), read-only.
 
-    Each process loads it once (cached by path and modification time) from a private copy,
-    because ``SchemaHistory.open`` repairs a torn last line in place and keeps the file
-    open for appends, which a reader beside a live writer must not do.
+    Each process loads it once (cached by path and modification time), read-only: the
+    reader may be appending to it.
     """
 
     path: str
@@ -188,12 +185,7 @@ class SchemaFile:
 def _load_history(path: str, mtime_ns: int, mariadb: bool) -> Any:
     from headwater.schema.history import SchemaHistory
 
-    with tempfile.TemporaryDirectory(prefix="headwater-schema-") as tmp:
-        copy = os.path.join(tmp, "schema.jsonl")
-        shutil.copyfile(path, copy)
-        history = SchemaHistory.open(copy, mariadb=mariadb)
-        history.close()
-    return history
+    return SchemaHistory.open(path, mariadb=mariadb, read_only=True)
 
 
 @dataclass(frozen=True, slots=True)
