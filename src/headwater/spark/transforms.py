@@ -384,6 +384,12 @@ def apply_transforms(
                 f"`op` = 'ddl' OR NOT {_tables_sql(spec.tables)} OR coalesce(({predicate}), false)"
             )
             continue
+        if isinstance(spec, (RenameDatabaseSpec, RenameTableSpec)):
+            # Plain column rewrites: SQL, so a pipeline that only renames never leaves the JVM.
+            df = _python_pass(df, pending, columns)
+            pending = []
+            df = _rename_sql(df, spec)
+            continue
         if isinstance(spec, ComputeSpec):
             df = _python_pass(df, pending, columns)
             pending = []
@@ -399,6 +405,44 @@ def apply_transforms(
                     )
         pending.append((index, spec))
     return _python_pass(df, pending, columns)
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _rename_sql(df: DataFrame, spec: RenameDatabaseSpec | RenameTableSpec) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    if isinstance(spec, RenameDatabaseSpec):
+        if not spec.mapping:
+            return df
+        cases = " ".join(
+            f"WHEN `database` = {_sql_string(old)} THEN {_sql_string(new)}"
+            for old, new in spec.mapping.items()
+        )
+        return df.withColumn("database", F.expr(f"CASE {cases} ELSE `database` END"))
+    db_cases, table_cases = [], []
+    for old, new in spec.mapping.items():
+        old_db, _, old_table = old.partition(".")
+        new_db, _, new_table = new.rpartition(".")
+        match = f"`database` = {_sql_string(old_db)} AND `table` = {_sql_string(old_table)}"
+        table_cases.append(f"WHEN {match} THEN {_sql_string(new_table)}")
+        if new_db:
+            db_cases.append(f"WHEN {match} THEN {_sql_string(new_db)}")
+    if not table_cases:
+        return df
+    table = F.expr(f"CASE {' '.join(table_cases)} ELSE `table` END")
+    if db_cases:
+        database = F.expr(f"CASE {' '.join(db_cases)} ELSE `database` END")
+        # Both computed from the old names (one select), then put back in place.
+        return df.select(
+            *[
+                database.alias(c) if c == "database" else table.alias(c) if c == "table" else c
+                for c in df.columns
+            ]
+        )
+    return df.withColumn("table", table)
 
 
 def _python_pass(
