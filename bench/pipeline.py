@@ -205,6 +205,12 @@ def latency(
         time.sleep(0.05)
     stop.set()
     poller.join(5)
+    missing = len(committed) - sum(1 for i in committed if i in visible)
+    print(
+        f"latency: {len(committed)} rows committed in {seconds:.0f} s"
+        f" ({len(committed) / seconds:,.0f} rows/s achieved), {missing} never visible",
+        file=sys.stderr,
+    )
     return sorted(visible[i] - committed[i] for i in committed if i in visible)
 
 
