@@ -127,10 +127,17 @@ def _register_pipeline(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     register(sub)
 
 
+def _register_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from headwater.cli.snapshot import register
+
+    register(sub)
+
+
 _COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _register_binlog,
     _register_reader,
     _register_pipeline,
+    _register_snapshot,
 ]
 
 

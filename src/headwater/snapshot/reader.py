@@ -1,0 +1,275 @@
+"""Reading one chunk: SELECT between watermarks, reconcile with the log, emit change rows.
+
+:func:`run_chunk` is what a Spark task runs for one :class:`ChunkTask` (a small picklable
+value): it opens its own source connection and its own read-only view of the reader task
+directory, reads the chunk as :mod:`headwater.snapshot.watermarks` describes (low, SELECT
+with an unbuffered ``SSCursor``, high), waits until the reader has stored the binlog up to
+high, reconciles the rows with the window's changes of the table, and yields
+``("row", change-row tuple)`` for each row (op ``read``, columns of
+:mod:`headwater.spark.schema`), then one ``("meta", dict)`` with the chunk's watermarks,
+window and row count.
+
+Values are normalized to what the binlog decoder gives for the same column
+(docs/formats.md, "Decoded column values"), so a snapshot row and a streamed row of the
+same state have the same JSON image: TIMESTAMP is read with the session in UTC and made
+aware, FLOAT is rounded to its 4-byte value, BIT becomes an int and SET a tuple of names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from headwater.changes import ChangeRow, decode_record
+from headwater.position import Position
+from headwater.schema.model import TableDef
+from headwater.sinks.base import ConnectionOptions
+from headwater.snapshot.chunking import range_predicate
+from headwater.snapshot.keys import KeyOrder, decode_key
+from headwater.snapshot.watermarks import (
+    first_seq_at,
+    kid,
+    master_status,
+    read_sequence,
+    reconcile,
+    snapshot_position,
+    wait_caught_up,
+)
+from headwater.spark.schema import change_row_values
+
+__all__ = ["ChunkTask", "TaskLog", "connect_source", "run_chunk", "value_normalizer"]
+
+_F32 = struct.Struct("<f")
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkTask:
+    """One chunk to read (picklable). ``lo``/``hi`` are encoded keys (None: unbounded)."""
+
+    chunk_id: str
+    source: str
+    task_dir: str
+    connection: ConnectionOptions
+    database: str
+    table: str
+    key: KeyOrder
+    lo: list[Any] | None
+    hi: list[Any] | None
+    wave: int
+    timeout_s: float = 60.0
+
+
+def connect_source(options: ConnectionOptions, *, autocommit: bool = True) -> Any:
+    """A PyMySQL connection to the source, session in UTC."""
+    import pymysql
+
+    conn = pymysql.connect(
+        host=options.host,
+        port=options.port,
+        user=options.user,
+        password=options.password(),
+        database=options.database,
+        autocommit=autocommit,
+        charset="utf8mb4",
+        connect_timeout=options.connect_timeout_s,
+    )
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+    return conn
+
+
+def value_normalizer(tdef: TableDef) -> list[Callable[[Any], Any] | None]:
+    """Per column, a function from the PyMySQL value to the decoder's (None: as is)."""
+    out: list[Callable[[Any], Any] | None] = []
+    for col in tdef.columns:
+        t = col.data_type
+        if t == "timestamp":
+            out.append(lambda v: v.replace(tzinfo=dt.UTC) if isinstance(v, dt.datetime) else v)
+        elif t == "float":
+            out.append(lambda v: _F32.unpack(_F32.pack(v))[0] if isinstance(v, float) else v)
+        elif t == "bit":
+            out.append(lambda v: int.from_bytes(v, "big") if isinstance(v, bytes) else v)
+        elif t == "set":
+            out.append(_set_normalizer(col.set_values or ()))
+        else:
+            out.append(None)
+    return out
+
+
+def _set_normalizer(names: tuple[str, ...]) -> Callable[[Any], Any]:
+    order = {n: i for i, n in enumerate(names)}
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, str):
+            return tuple(v.split(",")) if v else ()
+        if isinstance(v, (set, frozenset)):
+            return tuple(sorted(v, key=lambda n: order.get(n, len(order))))
+        return v
+
+    return norm
+
+
+class TaskLog:
+    """A reader task directory opened read-only: change log, FORMAT_DESCRIPTION, history."""
+
+    def __init__(self, task_dir: str | Path) -> None:
+        from headwater.binlog.framing import FormatDescription
+        from headwater.spark.logaccess import load_history
+        from headwater.store import ChangeLog
+
+        self.dir = Path(task_dir)
+        fde = self.dir / "fde.bin"
+        self.fde = (
+            FormatDescription.parse(fde.read_bytes(), source=str(fde)) if fde.exists() else None
+        )
+        self.schema = load_history(self.dir / "schema.jsonl")
+        self.log = ChangeLog.open(str(self.dir / "changes"), read_only=True)
+
+    def change_id(self) -> int:
+        latest = self.log.latest()
+        return 0 if latest is None else int(latest.position.change_id)
+
+    def table_def(self, database: str, table: str, at: Position | None = None) -> TableDef | None:
+        if self.schema is None:
+            return None
+        where = at or Position(1 << 30, 1 << 30, 1 << 60, 0)
+        found: TableDef | None = self.schema.table_at(database, table, where)
+        return found
+
+    def changes(
+        self, first: int, last: int, tables: set[tuple[str, str]], source: str
+    ) -> Iterator[ChangeRow]:
+        """Row changes (no DDL) of ``tables`` in records ``first .. last`` (inclusive)."""
+        from headwater.store import AtSeq
+
+        if last < first:
+            return
+        names = {f"{d}.{t}" for d, t in tables}
+
+        def want(db: str, table: str) -> bool:
+            return (db, table) in tables
+
+        with self.log.reader(AtSeq(first)) as reader:
+            for _ in range(first, last + 1):
+                rec = reader.next(0)
+                if rec is None:
+                    break
+                if not any(name in names for name, _ in rec.tables):
+                    continue
+                for change in decode_record(
+                    rec, source=source, fde=self.fde, schema=self.schema, want=want
+                ):
+                    if change.op != "ddl":
+                        yield change
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def run_chunk(task: ChunkTask) -> Iterator[tuple[str, Any]]:
+    """Read, reconcile and emit one chunk (module docstring)."""
+    tlog = TaskLog(task.task_dir)
+    conn = connect_source(task.connection, autocommit=False)
+    try:
+        yield from _run(task, tlog, conn)
+    finally:
+        conn.close()
+        tlog.close()
+
+
+def _run(task: ChunkTask, tlog: TaskLog, conn: Any) -> Iterator[tuple[str, Any]]:
+    import pymysql.cursors
+
+    tdef = tlog.table_def(task.database, task.table)
+    if tdef is None:
+        raise ValueError(f"{task.database}.{task.table} is not in the schema history")
+    key_cols = tuple(c.name for c in task.key.columns)
+    names = tdef.column_names
+    lo, hi = decode_key(task.lo), decode_key(task.hi)
+    where, params = range_predicate(key_cols, lo, hi)
+    cols = ", ".join("`" + n.replace("`", "``") + "`" for n in names)
+    ref = f"`{task.database}`.`{task.table}`"
+    norm = value_normalizer(tdef)
+    started = time.monotonic()
+    before = master_status(conn)
+    with conn.cursor() as cur:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+    low = snapshot_position(conn) or before
+    rows: dict[str, dict[str, Any]] = {}
+    key_index = [names.index(k) for k in key_cols]
+    with conn.cursor(pymysql.cursors.SSCursor) as cur:
+        cur.execute(f"SELECT {cols} FROM {ref} WHERE {where}", params)
+        for raw in cur.fetchall_unbuffered():
+            values = [v if f is None or v is None else f(v) for f, v in zip(norm, raw, strict=True)]
+            rows[kid({k: values[i] for k, i in zip(key_cols, key_index, strict=True)})] = dict(
+                zip(names, values, strict=True)
+            )
+    conn.commit()
+    high = master_status(conn)
+    read_rows = len(rows)
+    wait_caught_up(tlog.dir, tlog.log, conn, high, task.timeout_s)
+    change_id = tlog.change_id()
+    first = first_seq_at(tlog.log, change_id, low)
+    last = first_seq_at(tlog.log, change_id, high) - 1
+    window = list(tlog.changes(first, last, {(task.database, task.table)}, task.source))
+    in_chunk = _membership(task, conn, window, key_cols, lo, hi)
+    reconcile(rows, window, key_cols, in_chunk)
+    conn.commit()
+    position = Position(change_id, high.file_num, high.offset, 0)
+    version = _version(tlog, position)
+    sequence = read_sequence(last, task.wave)
+    ts_us = time.time_ns() // 1000
+    txn = f"snapshot:{task.chunk_id}"
+    for image in rows.values():
+        key = {k: image.get(k) for k in key_cols}
+        yield "row", change_row_values(
+            ChangeRow(task.source, task.database, task.table, "read", ts_us, position, "", txn,
+                      sequence, key, None, image, version)
+        )  # fmt: skip
+    yield (
+        "meta",
+        {
+            "chunk_id": task.chunk_id,
+            "low": str(low),
+            "high": str(high),
+            "high_key": [high.file_num, high.offset],
+            "first_seq": first,
+            "last_seq": last,
+            "window_changes": len(window),
+            "rows_read": read_rows,
+            "rows": len(rows),
+            "seconds": round(time.monotonic() - started, 3),
+        },
+    )
+
+
+def _version(tlog: TaskLog, position: Position) -> int:
+    version_at = getattr(tlog.schema, "version_at", None)
+    return int(version_at(position)) if version_at is not None else 0
+
+
+def _membership(
+    task: ChunkTask,
+    conn: Any,
+    window: list[ChangeRow],
+    key_cols: tuple[str, ...],
+    lo: tuple[Any, ...] | None,
+    hi: tuple[Any, ...] | None,
+) -> Callable[[dict[str, Any]], bool]:
+    """``in_chunk(key)`` for the after-keys of the window (classified in one go)."""
+    bounds = [b for b in (lo, hi) if b is not None]
+    wanted = 1 if lo is not None else 0
+    keys: dict[str, tuple[Any, ...]] = {}
+    for change in window:
+        if change.after is not None:
+            key = {c: change.after.get(c) for c in key_cols}
+            keys[kid(key)] = tuple(key.values())
+    ids = list(keys)
+    found = task.key.classify([keys[i] for i in ids], bounds, conn)
+    inside = {i for i, n in zip(ids, found, strict=True) if n == wanted}
+    return lambda key: kid(key) in inside
