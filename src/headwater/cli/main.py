@@ -133,11 +133,25 @@ def _register_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     register(sub)
 
 
+def _register_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from headwater.cli.verify import register
+
+    register(sub)
+
+
+def _register_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from headwater.cli.demo import register
+
+    register(sub)
+
+
 _COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _register_binlog,
     _register_reader,
     _register_pipeline,
     _register_snapshot,
+    _register_verify,
+    _register_demo,
 ]
 
 
