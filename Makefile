@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 JDBC_JAR := /usr/share/java/mariadb-java-client.jar
 
-.PHONY: test lint typecheck unit integration bench setup system-packages clean
+.PHONY: test lint typecheck unit integration bench setup system-packages clean demo
 
 setup: system-packages $(STAMP)
 
@@ -51,6 +51,9 @@ integration: setup
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
+
+demo: setup
+	$(BIN)/headwater demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
