@@ -259,7 +259,11 @@ class _Demo:
             f" throughput={stats['applied'] / max(stats['seconds'], 1e-9):.0f} rows/s\n"
         )
         if lags:
-            q = statistics.quantiles(lags, n=100) if len(lags) > 1 else [lags[0]] * 99
+            q = (
+                statistics.quantiles(lags, n=100, method="inclusive")
+                if len(lags) > 1
+                else [lags[0]] * 99
+            )
             w(f"demo: lag p50={q[49]:.2f}s p95={q[94]:.2f}s max={lags[-1]:.2f}s\n")
         w(f"demo: target {self.target.url}/{DATABASE}\n")
         w(
