@@ -32,8 +32,18 @@ EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 _EPILOG = """\
+commands:
+  reader run|status      capture changes from MySQL/MariaDB into change logs
+  pipeline run           Spark pipeline: change log -> transforms -> sinks
+  snapshot               snapshot tables into a pipeline's sinks, consistent with the log
+  binlog dump            print binlog events, from files or a live server
+  verify                 compare source and target tables; print differing keys
+  demo                   the whole job on throwaway servers, verified (make demo)
+run 'headwater COMMAND --help' for each.
+
 exit status:
   0    success
+  1    verify / demo: a source and target table differ (the keys are printed)
   2    error: unreadable or corrupt input (the message names file, offset and event
        type), a refused connection, or bad usage
   130  interrupted
