@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -70,7 +71,11 @@ def _connection(args: argparse.Namespace) -> object:
         port=url.port or 3306,
         user=url.username or "root",
         password_file=args.password_file,
-        password_env=None if args.password_file else "HEADWATER_SOURCE_PASSWORD",
+        password_env=(
+            "HEADWATER_SOURCE_PASSWORD"
+            if not args.password_file and "HEADWATER_SOURCE_PASSWORD" in os.environ
+            else None
+        ),
     )
 
 
