@@ -9,10 +9,9 @@ A signal is a row inserted into a table on the source (default ``headwater.signa
 The reader captures it like any change (its filters must include the signal table). The
 pipeline finds it in its change stream: :func:`watch_signals` takes a batch of change rows
 (a DataFrame, or any iterable of change-row dicts / Spark Rows) and returns the snapshot
-requests in it, in log order. The runner then runs a snapshot of those tables
-(:func:`headwater.snapshot.run.run_snapshot`) *between* micro-batches, with the sinks'
-checkpoint at the batch's end, so the snapshot's catch-up and sequences line up with the
-stream (docs/configuration.md, "Snapshots"). Other signal types are ignored (logged).
+requests in it, in log order. Other signal types are ignored (logged). Acting on a
+request in a pipeline that has already streamed is not exact yet (the sinks' per-shard
+checkpoints would skip other tables' changes; docs/configuration.md, "Snapshots").
 """
 
 from __future__ import annotations
