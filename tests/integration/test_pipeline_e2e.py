@@ -283,14 +283,8 @@ def test_random_workload_syncs_into_mariadb_and_postgres(
         tmp_path / "pipeline.yaml", task_dir, src_db=db, dst_db=dst, target=mariadb_target,
         pg=postgres,
     )  # fmt: skip
-    # The PostgreSQL sink's shards race on CREATE SCHEMA/TABLE IF NOT EXISTS (a unique
-    # violation in pg_namespace); create them here until the sink serializes that.
-    with psycopg.connect(**postgres, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{dst}"')
-        for ddl, _, _ in TABLES.values():
-            conn.execute(
-                ddl.replace("CREATE TABLE ", f'CREATE TABLE "{dst}".').replace("DECIMAL", "NUMERIC")
-            )
+    # create_tables: true on PostgreSQL: the shards create the schema and tables
+    # concurrently (serialized by the sink's advisory lock).
     workload = Workload(mariadb, db, seed=5)
     workload.run(150)
     wait_caught_up(running.task, mariadb)

@@ -79,6 +79,7 @@ def test_renames_mask_filter_and_rule_on_captured_rows(
     config = write_config(
         tmp_path / "pipeline.yaml", task_dir, src_db=db, dst_db=dst, target=mariadb_target,
         extra_transforms="  - rename_table: {" + f"{dst}.customers: clients" + "}\n" + transforms,
+        name="transforms",  # its own checkpoint rows: the e2e tests' "e2e" ones are ahead
     )  # fmt: skip
     run_available_now(spark, config)
     clients = mariadb_target.query(f"SELECT id, email, phone FROM `{dst}`.clients ORDER BY id")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from decimal import Decimal
 from typing import Any
 
@@ -104,9 +105,10 @@ def test_a_crash_inside_the_transaction_leaves_the_target_unchanged(
     def crash() -> None:
         raise RuntimeError("process died")
 
-    # checkpoint setup (2), create tables (2), checkpoint insert and lock (2), savepoint and
-    # the first one-row upsert, savepoint: the crash hits before the second upsert
-    faulty = FaultyConnection(sink.connect(), after=9, fault=crash)
+    # checkpoint setup (advisory lock + 2), create tables (advisory lock + 2), checkpoint
+    # insert and lock (2), savepoint and the first one-row upsert, savepoint: the crash hits
+    # before the second upsert
+    faulty = FaultyConnection(sink.connect(), after=11, fault=crash)
     with pytest.raises(RuntimeError):
         sink.apply_changes(batch, 1, connection=faulty)
     assert faulty.executed[-2].startswith('INSERT INTO "mirror"."items"')
@@ -238,3 +240,33 @@ def test_ddl_is_skipped_or_fails_and_cannot_be_applied(postgres: dict[str, Any])
         make_sink(postgres, ddl=DdlMode.FAIL).apply_changes([ddl], 2)
     with pytest.raises(ConfigError, match="ddl"):
         make_sink(postgres, ddl=DdlMode.APPLY)
+
+
+def test_create_tables_with_concurrent_shards(postgres: dict[str, Any]) -> None:
+    """``create_tables: true`` with several shards starting at once: PostgreSQL's
+    ``CREATE SCHEMA/TABLE IF NOT EXISTS`` is not safe under concurrency (a unique
+    violation on pg_namespace for the loser); the sink's advisory lock serializes them."""
+    shards = 6
+    sink = make_sink(postgres, shards=shards)
+    ready = threading.Barrier(shards)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def apply(shard: int) -> None:
+        rows = [row("insert", 100 + shard, "src", "items", after=item(shard, f"s{shard}"))]
+        ready.wait()
+        try:
+            results.append(sink.apply_changes(rows, 0, shard))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=apply, args=(i,)) for i in range(shards)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(r.upserts for r in results) == [1] * shards
+    assert query(postgres, "SELECT id, name FROM mirror.items ORDER BY id") == [
+        (i, f"s{i}") for i in range(shards)
+    ]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -137,6 +138,17 @@ class SqlDialect(ABC):
     def insert_missing_sql(self, table: str) -> str:
         """Insert a checkpoint row ``(pipeline, source, shard)`` unless it exists."""
 
+    def setup_lock_sql(self) -> list[str]:
+        """Statements run first in a transaction that creates schemas or tables, so that
+        concurrent creators (the shards) take turns; none when ``IF NOT EXISTS`` is safe
+        under concurrency on this target."""
+        return []
+
+    def lost_create_race(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is what ``CREATE ... IF NOT EXISTS`` raises when a concurrent
+        creator won (the object now exists)."""
+        return False
+
     def ddl_statements(self, change: Change, config: SqlSinkConfig) -> list[str]:
         raise SinkError("this target cannot apply source DDL", table=change.table_name)
 
@@ -205,21 +217,39 @@ class SqlSink:
         connection: Any = None,
         on_retry: OnRetry | None = None,
         resume: int | None = None,
+        pooled: bool = True,
+        creates: bool = False,
     ) -> tuple[Any, int]:
         policy = self.config.retry
         attempt = 0
         while True:
             attempt += 1
-            conn = connection if connection is not None else self.connect()
+            reused = False
+            if connection is not None:
+                conn = connection
+            else:
+                conn = _POOL.take(self._pool_key()) if pooled else None
+                reused = conn is not None
+                if conn is None:
+                    conn = self.connect()
+            keep = False
             try:
                 result = work(conn)
                 conn.commit()
+                keep = pooled
                 return result, attempt
             except BaseException as exc:
                 _rollback(conn)
+                if creates and attempt < policy.attempts and self.dialect.lost_create_race(exc):
+                    # A concurrent CREATE ... IF NOT EXISTS won: run ours again, it now sees
+                    # the object and does nothing.
+                    log.info("%s: a concurrent creator won (%s); again", what, _describe(exc))
+                    continue
                 verdict = self.dialect.retryable(exc)
                 if not verdict:
                     raise
+                if reused:  # the target restarted or dropped idle sessions: the other
+                    _POOL.clear(self._pool_key())  # pooled connections are stale too
                 if connection is not None or attempt >= policy.attempts:
                     raise TransientSinkError(
                         f"{what}: {_describe(exc)} (gave up after {attempt} attempts)",
@@ -233,7 +263,13 @@ class SqlSink:
                 time.sleep(policy.delay(attempt, random.random()))
             finally:
                 if connection is None:
-                    _close(conn)
+                    if keep:
+                        _POOL.give(self._pool_key(), conn)
+                    else:
+                        _close(conn)
+
+    def _pool_key(self) -> tuple[Any, ...]:
+        return (type(self), self.config.connection, self.config.zero_dates)
 
     # -- the plain Python entry point -----------------------------------------------------
 
@@ -242,10 +278,12 @@ class SqlSink:
 
         def work(conn: Any) -> None:
             with conn.cursor() as cur:
+                for sql in self.dialect.setup_lock_sql():
+                    cur.execute(sql)
                 for sql in self.dialect.checkpoint_setup_sql(self.config.checkpoint_database):
                     cur.execute(sql)
 
-        self._with_retries(work, what="checkpoint setup", connection=connection)
+        self._with_retries(work, what="checkpoint setup", connection=connection, creates=True)
 
     def apply_changes(
         self,
@@ -358,8 +396,15 @@ class SqlSink:
     def _writes(self, effects: list[NetEffect], batch_id: int, shard: int) -> list[_Write]:
         rules = ValueRules(self.config.zero_dates, self.dialect.text_bytes)
         groups: dict[tuple[str, str, tuple[str, ...]], _Write] = {}
+        # Rows of one binlog event share a position: look each definition up once, and
+        # build each column set's converters once.
+        tdefs: dict[tuple[str, str, Any], TableDef] = {}
+        convs: dict[tuple[int, tuple[str, ...]], list[Callable[[Any], Any]]] = {}
         for effect in effects:
-            tdef = self._table_def(effect, batch_id, shard)
+            at = (effect.database, effect.table, effect.position)
+            tdef = tdefs.get(at)
+            if tdef is None:
+                tdef = tdefs[at] = self._table_def(effect, batch_id, shard)
             names = tuple(effect.key) if effect.action == DELETE else tuple(effect.image or ())
             # One statement shape per column set (MINIMAL images vary), in table order.
             columns = tuple(c.name for c in tdef.columns if c.name in names)
@@ -386,8 +431,12 @@ class SqlSink:
                     [],
                 )
             source = effect.key if effect.action == DELETE else effect.image or {}
+            ckey = (id(tdef), columns)
+            fns = convs.get(ckey)
+            if fns is None:
+                fns = convs[ckey] = [converter(tdef.column(c), rules) for c in columns]  # type: ignore[arg-type]
             try:
-                values = [converter(tdef.column(c), rules)(source[c]) for c in columns]  # type: ignore[arg-type]
+                values = [f(source[c]) for f, c in zip(fns, columns, strict=True)]
             except (ValueError, TypeError) as exc:
                 raise SinkError(
                     f"cannot convert a value: {exc}",
@@ -486,6 +535,8 @@ class SqlSink:
 
         def work(conn: Any) -> None:
             with conn.cursor() as cur:
+                for sql in self.dialect.setup_lock_sql():
+                    cur.execute(sql)
                 for (db, table), ev in seen.items():
                     tdef = self.config.schema.table_at(db, table, ev.position)
                     if tdef is None:
@@ -496,7 +547,7 @@ class SqlSink:
                     for sql in self.dialect.create_table_sql(target, tdef):
                         cur.execute(sql)
 
-        self._with_retries(work, what="create tables", connection=connection)
+        self._with_retries(work, what="create tables", connection=connection, creates=True)
 
     # -- DDL ------------------------------------------------------------------------------
 
@@ -560,6 +611,7 @@ class SqlSink:
             what=f"DDL at sequence {change.sequence}",
             connection=connection,
             resume=change.sequence,
+            pooled=False,  # DDL runs after USE: the session is not a clean one any more
         )
         return bool(ran)
 
@@ -571,6 +623,45 @@ class SqlSink:
         from headwater.sinks.glue import write_sql_batch
 
         write_sql_batch(self, df, batch_id)
+
+
+class _Pool:
+    """Idle connections of this process, per target and session settings.
+
+    Connecting costs a TCP and often a TLS handshake (PyMySQL tries TLS by default and
+    builds a new SSL context each time): hundreds of milliseconds that every batch of every
+    shard used to pay. A connection goes back only after a successful commit (so it holds
+    no transaction) and never after DDL; when one fails with a retryable error, the idle
+    ones of its target are closed too (a restarted target leaves them all stale) and the
+    retry connects anew.
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self.idle: dict[tuple[Any, ...], list[Any]] = {}
+        self.lock = threading.Lock()
+
+    def take(self, key: tuple[Any, ...]) -> Any:
+        with self.lock:
+            conns = self.idle.get(key)
+            return conns.pop() if conns else None
+
+    def clear(self, key: tuple[Any, ...]) -> None:
+        with self.lock:
+            conns = self.idle.pop(key, [])
+        for conn in conns:
+            _close(conn)
+
+    def give(self, key: tuple[Any, ...], conn: Any) -> None:
+        with self.lock:
+            conns = self.idle.setdefault(key, [])
+            if len(conns) < self.size:
+                conns.append(conn)
+                return
+        _close(conn)
+
+
+_POOL = _Pool()
 
 
 def _merge(a: ApplyResult, b: ApplyResult) -> ApplyResult:

@@ -20,6 +20,11 @@ BINARY, BLOB family, GEOMETRY   bytea
 VECTOR                          double precision[]
 ==============================  ===================================
 
+Schemas and tables (``create_tables``, the checkpoint table) are created under a
+transaction-scoped advisory lock (:data:`SETUP_LOCK`), since ``IF NOT EXISTS`` is not safe
+under concurrency in PostgreSQL; a creator outside headwater that wins the race anyway
+makes the sink run its statements again (they then find the objects).
+
 Upserts are ``INSERT ... ON CONFLICT (key) DO UPDATE SET c = EXCLUDED.c`` (``DO NOTHING``
 when every column is in the key). Retryable: SQLSTATE 40001 serialization failure,
 40P01 deadlock, 55P03 lock not available (``lock_timeout``), class 08 connection
@@ -39,6 +44,13 @@ from headwater.sinks.sql import SqlDialect, SqlSinkConfig
 __all__ = ["RETRYABLE_SQLSTATES", "PostgresDialect", "pg_type"]
 
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03"})
+
+#: The advisory lock key every headwater sink takes around schema and table creation.
+SETUP_LOCK = 0x68776174  # "hwat"
+
+#: What a losing concurrent ``CREATE ... IF NOT EXISTS`` raises: unique violation (on
+#: pg_namespace or pg_type), duplicate schema, duplicate table, duplicate object.
+_CREATE_RACE_SQLSTATES = frozenset({"23505", "42P06", "42P07", "42710"})
 
 _SIMPLE = {
     "tinyint": "smallint",
@@ -164,6 +176,17 @@ class PostgresDialect(SqlDialect):
             f"CREATE SCHEMA IF NOT EXISTS {self.ident(schema)}",
             f"CREATE TABLE IF NOT EXISTS {self.table_ref(schema, tdef.table)} ({', '.join(lines)})",
         ]
+
+    def setup_lock_sql(self) -> list[str]:
+        # CREATE SCHEMA/TABLE IF NOT EXISTS is not safe under concurrency in PostgreSQL
+        # (two creators both pass the check; one fails on the pg_namespace or pg_type
+        # unique index): creators take one transaction-scoped advisory lock in turn.
+        return [f"SELECT pg_advisory_xact_lock({SETUP_LOCK})"]
+
+    def lost_create_race(self, exc: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(exc, psycopg.Error) and exc.sqlstate in _CREATE_RACE_SQLSTATES
 
     def checkpoint_setup_sql(self, schema: str) -> list[str]:
         return [
