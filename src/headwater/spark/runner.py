@@ -5,7 +5,8 @@ One :class:`PipelineRunner` per :class:`~headwater.spark.pipeline_config.Pipelin
 * the query reads ``spark.readStream.format("headwater")`` with the configured options,
   applies the transforms in order (:func:`~headwater.spark.transforms.apply_transforms`)
   and hands each micro-batch to every sink in the configured order through
-  ``foreachBatch`` (the batch is cached, so the source is read once per batch);
+  ``foreachBatch`` (with several sinks the batch is cached, so the source is read once
+  per batch);
 * progress lives in the checkpoint location (Spark's offsets and commits): a restart,
   after a clean stop or a crash, resumes from the last committed batch; a batch that was
   running at a crash is replayed with the same id and the same offsets, which the SQL
@@ -231,28 +232,43 @@ def build_sink(cfg: SinkConfig, pipeline: PipelineConfig) -> Any:
 
 
 class _ForEachBatch:
-    """The ``foreachBatch`` function: every sink in order, then the batch's newest commit
-    time for the lag shown in progress lines."""
+    """The ``foreachBatch`` function: every sink in order.
+
+    With one sink the batch is not cached: that sink's job reads the source once anyway,
+    and building an in-memory copy first costs more than it saves. With several, the batch
+    is cached so the source is read once. The newest commit time (for the lag of progress
+    lines) comes from the query's observed metrics (:data:`OBSERVED`), computed by the
+    sinks' own jobs, not by an extra job.
+    """
 
     def __init__(self, sinks: list[Any]) -> None:
         self.sinks = sinks
-        self.newest_ts_us: int | None = None
+        self.query: StreamingQuery | None = None
         self.lock = threading.Lock()
+        self.batch_end_s: float | None = None
+
+    @property
+    def newest_ts_us(self) -> int | None:
+        """The newest commit time (µs) of the last finished batch, if any."""
+        progress: Any = self.query.lastProgress if self.query is not None else None
+        return _newest(progress)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
-        df = df.persist()
+        cache = len(self.sinks) > 1
+        if cache:
+            df = df.persist()
         try:
             for sink in self.sinks:
                 sink.write_batch(df, batch_id)
-            newest = df.agg(F.max("ts_us")).collect()[0][0]
         finally:
-            df.unpersist()
+            if cache:
+                df.unpersist()
         with self.lock:
-            if newest is not None:
-                self.newest_ts_us = newest
             self.batch_end_s = time.time()
+
+
+#: Name of the query's observed metrics (``newest_ts_us``: the batch's newest commit).
+OBSERVED = "headwater"
 
 
 class PipelineRunner:
@@ -296,7 +312,10 @@ class PipelineRunner:
         reader = spark.readStream.format("headwater")
         for key, value in self.config.source.options:
             reader = reader.option(key, value)
-        return apply_transforms(reader.load(), self.config.transforms)
+        from pyspark.sql import functions as F
+
+        changes = apply_transforms(reader.load(), self.config.transforms)
+        return changes.observe(OBSERVED, F.max("ts_us").alias("newest_ts_us"))
 
     def start(self, *, available_now: bool = False) -> StreamingQuery:
         """Start the query; ``available_now`` processes what the log holds now, then ends."""
@@ -312,6 +331,7 @@ class PipelineRunner:
         elif self.config.trigger_s > 0:
             writer = writer.trigger(processingTime=f"{self.config.trigger_s} seconds")
         self.query = writer.start()
+        self.writer.query = self.query
         return self.query
 
     def run(
@@ -361,8 +381,7 @@ class PipelineRunner:
         p = query.lastProgress
         if not p or p.get("batchId", -1) == last_batch:
             return last_batch
-        with self.writer.lock:
-            newest = self.writer.newest_ts_us
+        newest = _newest(p)
         lag = f"{time.time() - newest / 1e6:.2f}s" if newest else "-"
         rows = p.get("numInputRows", 0)
         rate = p.get("processedRowsPerSecond", 0.0) or 0.0
@@ -373,6 +392,19 @@ class PipelineRunner:
         )
         out.flush()
         return int(p.get("batchId", last_batch))
+
+
+def _newest(progress: Any) -> int | None:
+    """``newest_ts_us`` of a progress report's observed metrics (None: not there)."""
+    if not progress:
+        return None
+    metrics = progress.get("observedMetrics") or {}
+    row = metrics.get(OBSERVED)
+    try:
+        newest = None if row is None else row["newest_ts_us"]  # a Row or a dict
+    except (KeyError, ValueError):
+        return None
+    return None if newest is None else int(newest)
 
 
 def _spark_message(error: Any) -> str:
