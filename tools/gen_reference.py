@@ -366,6 +366,7 @@ STORE: tuple[Section, ...] = (
                     "retention_age_s",
                     "retention_bytes",
                     "compress_after_s",
+                    "maintenance_interval_s",
                 )
             ),
             Row("compress_level", "compress_level", doc="zstd level."),

@@ -142,6 +142,8 @@ class ChangeLog(Rolling, ReadSide, Maintenance):
         self._head_fd = -1
         self._watch: FileWatch | None = None
         self._flusher: Flusher | None = None
+        self._maint_stop = threading.Event()
+        self._maint_thread: threading.Thread | None = None
 
     # --- opening and closing ---------------------------------------------------------------
 
@@ -191,6 +193,15 @@ class ChangeLog(Rolling, ReadSide, Maintenance):
         self._in_group = False
         self._flusher = Flusher(self)
         self._flusher.start()
+        interval = self._opts.maintenance_interval_s
+        if interval is not None:
+            self._maint_thread = threading.Thread(
+                target=self._maintain_every,
+                args=(interval, self._maint_stop),
+                name=f"headwater-store-maintenance:{os.path.basename(self._dir)}",
+                daemon=True,
+            )
+            self._maint_thread.start()
 
     def _start_active(self, act: ActiveState) -> None:
         self._act = act
@@ -220,6 +231,9 @@ class ChangeLog(Rolling, ReadSide, Maintenance):
         if self._closed:
             return
         if not self._read_only:
+            self._maint_stop.set()
+            if self._maint_thread is not None:
+                self._maint_thread.join()  # a round under way finishes first
             try:
                 if self._failed is None:
                     self.flush()

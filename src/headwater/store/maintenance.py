@@ -50,6 +50,25 @@ class Maintenance:
 
         def _check_writable(self) -> None: ...
 
+    def _maintain_every(self, interval: float, stop: threading.Event) -> None:
+        """Body of the writer's maintenance thread: retention then compression, every
+        ``interval`` seconds until ``stop`` is set. Failures are logged, never raised: a
+        full disk or a bad segment must not stop the writer; the next round tries again."""
+        while not stop.wait(interval):
+            try:
+                removed = self.apply_retention()
+                compressed = self.compress_sealed()
+            except Exception:  # logged with its traceback; the writer goes on
+                log.exception("%s: retention or compression failed", self._dir)
+                continue
+            if removed or compressed:
+                log.info(
+                    "%s: retention removed %d segments, %d compressed",
+                    self._dir,
+                    len(removed),
+                    len(compressed),
+                )
+
     def apply_retention(self, now_us: int | None = None) -> list[str]:
         """Delete whole sealed segments beyond the retention age or size; return their paths."""
         self._check_writable()

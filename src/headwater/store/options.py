@@ -40,6 +40,9 @@ class StoreOptions:
     or the oldest ones beyond the total size, are deleted by ``apply_retention``.
     ``compress_after_s``: sealed segments whose newest record is older are zstd-compressed
     by ``compress_sealed``.
+    ``maintenance_interval_s``: how often the writer runs ``apply_retention`` and
+    ``compress_sealed`` itself, in a background thread (``None``: only when its owner
+    calls them).
     """
 
     segment_bytes: int = 64 * MIB
@@ -53,6 +56,7 @@ class StoreOptions:
     retention_age_s: float | None = 7 * 24 * 3600.0
     retention_bytes: int | None = None
     compress_after_s: float | None = 24 * 3600.0
+    maintenance_interval_s: float | None = 60.0
     compress_level: int = 3
     compress_block_bytes: int = 256 * KIB
     max_record_bytes: int = 16 * MIB
@@ -71,6 +75,8 @@ class StoreOptions:
                 raise ValueError(f"StoreOptions.{name} must be positive")
         if self.group_commit_ms < 0 or self.memory_tail_bytes < 0:
             raise ValueError("StoreOptions.group_commit_ms and memory_tail_bytes must be >= 0")
+        if self.maintenance_interval_s is not None and self.maintenance_interval_s <= 0:
+            raise ValueError("StoreOptions.maintenance_interval_s must be positive or None")
         if self.max_pending_bytes < self.group_commit_bytes:
             raise ValueError("StoreOptions.max_pending_bytes must be >= group_commit_bytes")
         if not isinstance(self.durability, Durability):

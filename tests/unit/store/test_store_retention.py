@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,45 @@ def test_damaged_compressed_trailer_sets_segment_aside(tmp_path: Path, opts, rec
         (problem,) = log.problems
         assert problem.path == zpath
         assert os.path.exists(zpath + ".bad")
+
+
+def test_the_writer_applies_retention_and_compression_by_itself(tmp_path: Path) -> None:
+    # No call to apply_retention or compress_sealed: the maintenance thread does both.
+    from headwater.store import Record, StoreOptions
+
+    options = StoreOptions(
+        segment_bytes=4096,
+        retention_bytes=12 * 1024,
+        retention_age_s=None,
+        compress_after_s=0.0,
+        maintenance_interval_s=0.05,
+        roll_interval_s=None,
+    )
+    log = ChangeLog.open(str(tmp_path), options)
+    try:
+        for i in range(200):
+            log.append(Record(Position(0, 1, 4 + 100 * i), b"x" * 300, ts_us=1))
+
+        def done() -> bool:
+            first = log.earliest()
+            compressed = any(n.endswith(".zseg") for n in os.listdir(tmp_path))
+            return compressed and first is not None and first.seq > 1
+
+        deadline = time.monotonic() + 10
+        while not done() and time.monotonic() < deadline:  # bounded wait for the thread
+            time.sleep(0.02)
+        earliest = log.earliest()
+        assert earliest is not None and earliest.seq > 1  # old segments were deleted
+        assert any(n.endswith(".zseg") for n in os.listdir(tmp_path))  # sealed ones compressed
+        with log.reader("earliest") as reader:
+            records = list(reader)
+        assert [r.seq for r in records] == list(range(earliest.seq, 201))
+    finally:
+        log.close()
+
+
+def test_maintenance_interval_must_be_positive() -> None:
+    from headwater.store import StoreOptions
+
+    with pytest.raises(ValueError, match="maintenance_interval_s"):
+        StoreOptions(maintenance_interval_s=0)
