@@ -283,8 +283,10 @@ def main() -> None:
         assert checksum(target, "bench_hw") == expected, "headwater target differs"
         hw_rate = changes / hw_s
         for p in query.recentProgress:
-            print(f"  batch {p['batchId']}: {p['numInputRows']} rows, {p['durationMs']}",
-                  file=sys.stderr)
+            print(
+                f"  batch {p['batchId']}: {p['numInputRows']} rows, {p['durationMs']}",
+                file=sys.stderr,
+            )
         print(f"headwater: {hw_s:.2f} s ({reader_s:.2f} s reader catch-up), {hw_rate:,.0f} rows/s")
 
         # Latency: a continuous query (trigger as fast as possible).
