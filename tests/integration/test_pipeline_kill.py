@@ -155,17 +155,21 @@ def test_sigkill_and_restart_during_workload_applies_nothing_twice(
     assert done.is_set() and kills == 4
     wait_caught_up(running.task, mariadb, timeout=60)
 
-    # Restart once more; when the target matches, SIGTERM must stop it cleanly.
+    # Restart once more; once it runs and the target matches, SIGTERM must stop it cleanly.
+    started_before = log.read_text().count("pipeline kill: started")
     proc = start_pipeline(config, log)
     try:
         expected = {t: mysql_checksum(mariadb, db, t) for t in TABLES}
         wait_until(
             lambda: (
                 proc.poll() is not None
-                or all(mysql_checksum(mariadb_target, dst, t) == expected[t] for t in TABLES)
+                or (
+                    log.read_text().count("pipeline kill: started") > started_before
+                    and all(mysql_checksum(mariadb_target, dst, t) == expected[t] for t in TABLES)
+                )
             ),
             120,
-            "the restarted pipeline to catch up",
+            "the restarted pipeline to start and catch up",
         )
         assert proc.poll() is None, log.read_text()[-3000:]
         proc.send_signal(signal.SIGTERM)

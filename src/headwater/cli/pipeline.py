@@ -50,6 +50,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # First of all: a SIGTERM while Spark and the query start up must stop cleanly too.
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
     from headwater.spark.pipeline_config import load_pipeline_config
     from headwater.spark.runner import PipelineRunner
 
@@ -59,13 +68,8 @@ def _run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    if stop.is_set():
+        return 0
     runner = PipelineRunner(config, master=args.master)
     runner.spark.sparkContext.setLogLevel("ERROR")
     return runner.run(available_now=args.available_now, stop=stop)

@@ -349,7 +349,11 @@ class PipelineRunner:
         """
         out = progress or sys.stderr
         stop = stop or threading.Event()
+        if stop.is_set():  # asked to stop before the query started: nothing to wait for
+            return 0
         query = self.start(available_now=available_now)
+        out.write(f"pipeline {self.config.name}: started\n")
+        out.flush()
         last_line = time.monotonic()
         last_batch = -1
         try:
