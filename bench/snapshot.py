@@ -85,6 +85,8 @@ def main() -> None:
     source = MariadbSandbox(SandboxOptions()).start()
     target = MariadbSandbox(SandboxOptions(server_id=2, log_bin=False)).start()
     task = None
+    thread: threading.Thread | None = None
+    ratio = 0.0
     try:
         source.execute("CREATE DATABASE bench", TABLE.format(db="bench"))
         source.execute(
@@ -106,7 +108,8 @@ def main() -> None:
             heartbeat_period=0.5,
         )
         task = ReaderTask(config, tmp / "task")
-        threading.Thread(target=task.run, daemon=True).start()
+        thread = threading.Thread(target=task.run, daemon=True)
+        thread.start()
         source.execute("CREATE TABLE bench.marker (id INT PRIMARY KEY)")
 
         dump_s = dump_reload(source, target)
@@ -140,12 +143,15 @@ def main() -> None:
             f"headwater snapshot: {hw_s:.2f} s, {hw_rate:,.0f} rows/s "
             f"({result.progress['chunks_total']} chunks of {chunk_rows})"
         )
-        print(f"snapshot_vs_dump_reload={hw_rate / dump_rate:.2f}")
+        ratio = hw_rate / dump_rate
     finally:
         if task is not None:
             task.request_stop()
+        if thread is not None:
+            thread.join(10)  # before the source goes away, so the task stops quietly
         source.stop()
         target.stop()
+    print(f"snapshot_vs_dump_reload={ratio:.2f}")
 
 
 if __name__ == "__main__":
