@@ -24,11 +24,11 @@ import yaml
 from headwater.configfile import (
     YamlContext,
     boolean,
+    compose,
     integer,
     mapping,
     number,
     path_value,
-    scalar,
     size,
     string,
     string_list,
@@ -209,13 +209,7 @@ def parse_reader_config(
 ) -> ReaderConfig:
     """Validate configuration text; ``base`` anchors relative paths (default: cwd)."""
     ctx = YamlContext(file, base or Path.cwd(), dict(os.environ) if env is None else env)
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"not valid YAML: {problem}", file=file, line=line) from None
+    root = compose(text, file)
     if root is None:
         raise ConfigError("the configuration is empty", file=file, line=1)
     fields = mapping(
@@ -511,16 +505,3 @@ def _server(ctx: YamlContext, node: yaml.Node, path: str) -> ServerConfig:
     if "max_wait" in f:
         kw["max_wait_s"] = number(ctx, f["max_wait"], f"{path}.max_wait", 0, 3600)
     return ServerConfig(**kw)
-
-
-# The helpers' former private names, kept for modules that still import them from here.
-_Ctx = YamlContext
-_mapping = mapping
-_scalar = scalar
-_str = string
-_int = integer
-_float = number
-_bool = boolean
-_size = size
-_path = path_value
-_str_list = string_list

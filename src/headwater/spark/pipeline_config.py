@@ -20,14 +20,29 @@ from typing import Any
 
 import yaml
 
-from headwater.config import (
-    _Ctx,
-    _float,
-    _int,
-    _mapping,
-    _path,
-    _str,
-    _str_list,
+from headwater.configfile import (
+    YamlContext as _Ctx,
+)
+from headwater.configfile import (
+    compose,
+)
+from headwater.configfile import (
+    integer as _int,
+)
+from headwater.configfile import (
+    mapping as _mapping,
+)
+from headwater.configfile import (
+    number as _float,
+)
+from headwater.configfile import (
+    path_value as _path,
+)
+from headwater.configfile import (
+    string as _str,
+)
+from headwater.configfile import (
+    string_list as _str_list,
 )
 from headwater.errors import ConfigError
 from headwater.spark.rules import RuleError, load_rule_script
@@ -132,13 +147,7 @@ def parse_pipeline_config(
 ) -> PipelineConfig:
     """Validate configuration text; ``base`` anchors relative paths (default: cwd)."""
     ctx = _Ctx(file, base or Path.cwd(), dict(os.environ) if env is None else env)
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"not valid YAML: {problem}", file=file, line=line) from None
+    root = compose(text, file)
     if root is None:
         raise ConfigError("the configuration is empty", file=file, line=1)
     f = _mapping(ctx, root, "", _TOP, required={"name", "source", "checkpoint", "sinks"})

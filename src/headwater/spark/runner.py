@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from headwater.errors import ConfigError, HeadwaterError
 from headwater.spark.pipeline_config import PipelineConfig, SinkConfig
@@ -56,11 +56,10 @@ class PipelineError(HeadwaterError):
     file and the change's position)."""
 
 
-class BatchSink:
+class BatchSink(Protocol):
     """What the runner needs of a sink: ``write_batch(df, batch_id)``."""
 
-    def write_batch(self, df: DataFrame, batch_id: int) -> None:
-        raise NotImplementedError
+    def write_batch(self, df: DataFrame, batch_id: int) -> None: ...
 
 
 # --- sinks --------------------------------------------------------------------------------
@@ -105,7 +104,7 @@ def _ums_sink(cfg: SinkConfig, pipeline: PipelineConfig) -> BatchSink:
     max_rows = f.get("max_rows", 1000)
     if not isinstance(max_rows, int) or max_rows < 1:
         raise ConfigError("must be a positive integer", line=cfg.line, field=f"{cfg.path}.max_rows")
-    return UmsFileSink(str(path), max_rows)  # type: ignore[return-value]
+    return UmsFileSink(str(path), max_rows)
 
 
 _CONNECTION = {
