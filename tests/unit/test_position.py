@@ -5,8 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from headwater.position import (
     BinlogCoordinate,

@@ -22,26 +22,12 @@ import yaml
 
 from headwater.configfile import (
     YamlContext as _Ctx,
-)
-from headwater.configfile import (
     compose,
-)
-from headwater.configfile import (
     integer as _int,
-)
-from headwater.configfile import (
     mapping as _mapping,
-)
-from headwater.configfile import (
     number as _float,
-)
-from headwater.configfile import (
     path_value as _path,
-)
-from headwater.configfile import (
     string as _str,
-)
-from headwater.configfile import (
     string_list as _str_list,
 )
 from headwater.errors import ConfigError

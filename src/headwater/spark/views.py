@@ -48,8 +48,7 @@ from headwater.schema.model import BINARY_TYPES, Column, TableDef, parse_column_
 from headwater.spark.logaccess import load_history
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column as SparkColumn
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column as SparkColumn, DataFrame
     from pyspark.sql.types import DataType
 
 __all__ = ["META_COLUMNS", "spark_type", "table_changes"]
@@ -118,8 +117,7 @@ def spark_type(column: Column) -> DataType:
 
 def _typed(value: SparkColumn, column: Column) -> SparkColumn:
     """``value`` (the column's JSON value as text) converted to :func:`spark_type`."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+    from pyspark.sql import functions as F, types as T
 
     kind = spark_type(column)
     dt = column.data_type
@@ -173,8 +171,7 @@ def table_changes(
     ``table`` or ``schema``) when the table is unknown. Works on batch and streaming
     DataFrames alike (it only filters and projects).
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+    from pyspark.sql import functions as F, types as T
 
     database, dot, name = table.partition(".")
     if not dot or not database or not name:

@@ -24,8 +24,7 @@ from _binlog_encode import (
     enc_timestamp2,
     image,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from headwater.binlog.codec import ColumnDef, RowDecoder, decimal_size, row_decoder_for
 from headwater.binlog.constants import ColumnType as T

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 from headwater.binlog.codec import PartialJson
-from headwater.binlog.constants import ColumnType as T
-from headwater.binlog.constants import EventType
+from headwater.binlog.constants import ColumnType as T, EventType
 from headwater.binlog.framing import FormatDescription, iter_buffer_events
 from headwater.binlog.jsonb import JsonDiffOperation
 from headwater.binlog.rows import ROWS_EVENT_TYPES, RowsEvent, parse_rows_event, rows_event_table_id

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from headwater.binlog.constants import BINLOG_MAGIC, EventType
 from headwater.binlog.events import (

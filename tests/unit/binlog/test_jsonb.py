@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from pymysqlreplication.json_binary import parse_json as oracle_parse_json
 
 from headwater.binlog.jsonb import (

@@ -16,8 +16,7 @@ from _binlog_encode import (
 )
 
 from headwater.binlog.codec import ColumnDef, PartialJson
-from headwater.binlog.constants import ColumnType as T
-from headwater.binlog.constants import EventType as E
+from headwater.binlog.constants import ColumnType as T, EventType as E
 from headwater.binlog.rows import parse_rows_event, rows_event_table_id
 from headwater.binlog.tablemap import TableMap
 from headwater.errors import BinlogFormatError, TruncatedError

@@ -8,8 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from crc32c import crc32c
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from headwater.changes import ChangeRow
 from headwater.position import Position

@@ -8,8 +8,7 @@ import itertools
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from headwater.errors import ConfigError
 from headwater.schema.model import Column, TableDef

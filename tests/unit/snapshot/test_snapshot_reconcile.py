@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from headwater.snapshot.state import Progress, SnapshotState
 from headwater.snapshot.watermarks import READ_MARK, kid, read_sequence, reconcile

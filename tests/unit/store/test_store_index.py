@@ -5,8 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from headwater.errors import CorruptRecordError
 from headwater.position import MariadbGtidPos, MysqlGtidSet

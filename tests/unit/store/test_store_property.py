@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import tempfile
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from headwater.position import MysqlGtidSet, Position
 from headwater.store import AtSeq, ChangeLog, Durability, Record, StoreOptions
