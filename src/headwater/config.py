@@ -29,11 +29,11 @@ from headwater.configfile import (
     mapping,
     number,
     path_value,
+    read_config,
     size,
     string,
     string_list,
 )
-from headwater.errors import ConfigError
 from headwater.position import (
     BinlogCoordinate,
     GtidSet,
@@ -192,12 +192,8 @@ def load_reader_config(
     path: str | os.PathLike[str], env: dict[str, str] | None = None
 ) -> ReaderConfig:
     """Load and validate a reader configuration file (see the module docstring)."""
-    file = os.fspath(path)
-    try:
-        text = Path(file).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read the configuration: {e.strerror}", file=file) from None
-    return parse_reader_config(text, file=file, base=Path(file).resolve().parent, env=env)
+    text, file, base = read_config(path)
+    return parse_reader_config(text, file=file, base=base, env=env)
 
 
 def parse_reader_config(
@@ -210,8 +206,6 @@ def parse_reader_config(
     """Validate configuration text; ``base`` anchors relative paths (default: cwd)."""
     ctx = YamlContext(file, base or Path.cwd(), dict(os.environ) if env is None else env)
     root = compose(text, file)
-    if root is None:
-        raise ConfigError("the configuration is empty", file=file, line=1)
     fields = mapping(
         ctx, root, "", {"data_dir", "sources", "server"}, required={"data_dir", "sources"}
     )

@@ -9,6 +9,7 @@ the reader configuration (:mod:`headwater.config`) and the pipeline configuratio
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ __all__ = [
     "mapping",
     "number",
     "path_value",
+    "read_config",
     "scalar",
     "size",
     "string",
@@ -64,15 +66,29 @@ class YamlContext:
         return ConfigError(message, file=self.file, line=line, field=path or None)
 
 
-def compose(text: str, file: str) -> yaml.Node | None:
-    """The node tree of ``text``; invalid YAML is a ConfigError naming the line."""
+def read_config(path: str | os.PathLike[str]) -> tuple[str, str, Path]:
+    """A configuration file's text, its name for errors, and the directory relative paths
+    in it are relative to; an unreadable file is a ConfigError naming it."""
+    file = os.fspath(path)
     try:
-        return yaml.compose(text)
+        text = Path(file).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read the configuration: {e.strerror}", file=file) from None
+    return text, file, Path(file).resolve().parent
+
+
+def compose(text: str, file: str) -> yaml.Node:
+    """The node tree of ``text``; invalid YAML or an empty file is a ConfigError."""
+    try:
+        root = yaml.compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(f"not valid YAML: {problem}", file=file, line=line) from None
+    if root is None:
+        raise ConfigError("the configuration is empty", file=file, line=1)
+    return root
 
 
 def mapping(

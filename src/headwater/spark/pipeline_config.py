@@ -27,6 +27,7 @@ from headwater.configfile import (
     mapping as _mapping,
     number as _float,
     path_value as _path,
+    read_config,
     string as _str,
     string_list as _str_list,
 )
@@ -113,12 +114,8 @@ def load_pipeline_config(
     path: str | os.PathLike[str], env: dict[str, str] | None = None
 ) -> PipelineConfig:
     """Load and validate a pipeline configuration file (see the module docstring)."""
-    file = os.fspath(path)
-    try:
-        text = Path(file).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read the configuration: {e.strerror}", file=file) from None
-    return parse_pipeline_config(text, file=file, base=Path(file).resolve().parent, env=env)
+    text, file, base = read_config(path)
+    return parse_pipeline_config(text, file=file, base=base, env=env)
 
 
 _TOP = {"name", "source", "checkpoint", "transforms", "sinks", "spark", "trigger", "progress"}
@@ -134,8 +131,6 @@ def parse_pipeline_config(
     """Validate configuration text; ``base`` anchors relative paths (default: cwd)."""
     ctx = _Ctx(file, base or Path.cwd(), dict(os.environ) if env is None else env)
     root = compose(text, file)
-    if root is None:
-        raise ConfigError("the configuration is empty", file=file, line=1)
     f = _mapping(ctx, root, "", _TOP, required={"name", "source", "checkpoint", "sinks"})
     name = _str(ctx, f["name"], "name")
     if not _NAME.match(name):
