@@ -101,34 +101,41 @@ def _ident(name: str) -> str:
 
 
 def range_predicate(
-    columns: Sequence[str], lo: Key | None, hi: Key | None
+    columns: Sequence[str],
+    lo: Key | None,
+    hi: Key | None,
+    *,
+    literals: Sequence[str] | None = None,
 ) -> tuple[str, list[Any]]:
     """SQL ``lo <= key < hi`` in lexicographic order over ``columns``, written as
     ``a > x OR (a = x AND b >= y)`` (which MariaDB and MySQL turn into index ranges,
-    unlike row constructors); ``TRUE`` when unbounded."""
+    unlike row constructors); ``TRUE`` when unbounded. ``literals``: per column, the
+    placeholder to compare with (default ``%s``; e.g. :meth:`KeyColumn.literal`, so that
+    another server compares in the source's collation)."""
+    marks = list(literals) if literals is not None else ["%s"] * len(columns)
     parts: list[str] = []
     params: list[Any] = []
     if lo is not None:
-        sql, p = _compare(columns, lo, ">", inclusive=True)
+        sql, p = _compare(columns, lo, ">", inclusive=True, marks=marks)
         parts.append(sql)
         params.extend(p)
     if hi is not None:
-        sql, p = _compare(columns, hi, "<", inclusive=False)
+        sql, p = _compare(columns, hi, "<", inclusive=False, marks=marks)
         parts.append(sql)
         params.extend(p)
     return (" AND ".join(f"({p})" for p in parts) or "TRUE"), params
 
 
 def _compare(
-    columns: Sequence[str], key: Key, op: str, *, inclusive: bool
+    columns: Sequence[str], key: Key, op: str, *, inclusive: bool, marks: Sequence[str]
 ) -> tuple[str, list[Any]]:
     ors: list[str] = []
     params: list[Any] = []
     for i, col in enumerate(columns):
         last = i == len(columns) - 1
-        eqs = [f"{_ident(c)} = %s" for c in columns[:i]]
+        eqs = [f"{_ident(c)} = {m}" for c, m in zip(columns[:i], marks, strict=False)]
         cmp = op + ("=" if last and inclusive else "")
-        ors.append(" AND ".join([*eqs, f"{_ident(col)} {cmp} %s"]))
+        ors.append(" AND ".join([*eqs, f"{_ident(col)} {cmp} {marks[i]}"]))
         params.extend(key[: i + 1])
     return " OR ".join(f"({o})" for o in ors), params
 

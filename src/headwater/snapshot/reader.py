@@ -62,6 +62,9 @@ class ChunkTask:
     hi: list[Any] | None
     wave: int
     timeout_s: float = 60.0
+    #: Bulk targets (:class:`headwater.sinks.mysql.bulk.BulkTarget`): when set, the chunk
+    #: takes the bulk path of :mod:`headwater.snapshot.bulk`.
+    bulk: tuple[Any, ...] = ()
 
 
 def connect_source(options: ConnectionOptions, *, autocommit: bool = True) -> Any:
@@ -188,6 +191,14 @@ def _run(task: ChunkTask, tlog: TaskLog, conn: Any) -> Iterator[tuple[str, Any]]
     tdef = tlog.table_def(task.database, task.table)
     if tdef is None:
         raise ValueError(f"{task.database}.{task.table} is not in the schema history")
+    if task.bulk:
+        from headwater.sinks.mysql.bulk import line_sql
+        from headwater.snapshot.bulk import run_bulk_chunk
+
+        line = line_sql(tdef)
+        if line is not None:
+            yield from run_bulk_chunk(task, tlog, conn, tdef, line)
+            return
     key_cols = tuple(c.name for c in task.key.columns)
     names = tdef.column_names
     lo, hi = decode_key(task.lo), decode_key(task.hi)
@@ -235,6 +246,7 @@ def _run(task: ChunkTask, tlog: TaskLog, conn: Any) -> Iterator[tuple[str, Any]]
         "meta",
         {
             "chunk_id": task.chunk_id,
+            "path": "rows",
             "low": str(low),
             "high": str(high),
             "high_key": [high.file_num, high.offset],
@@ -243,6 +255,7 @@ def _run(task: ChunkTask, tlog: TaskLog, conn: Any) -> Iterator[tuple[str, Any]]
             "window_changes": len(window),
             "rows_read": read_rows,
             "rows": len(rows),
+            "emitted": len(rows),
             "seconds": round(time.monotonic() - started, 3),
         },
     )

@@ -68,12 +68,14 @@ class SnapshotOptions:
     """``chunk_rows``: rows per chunk; ``wave_chunks``: chunks per wave (0: twice Spark's
     default parallelism); ``timeout_s``: the longest wait for the reader to store a
     chunk's window; ``keys``: ``db.table -> key columns`` for tables without a primary
-    key (a unique key)."""
+    key (a unique key); ``bulk``: use the bulk path (:mod:`headwater.snapshot.bulk`)
+    where it applies, False keeps every chunk on the general path."""
 
     chunk_rows: int = 50_000
     wave_chunks: int = 0
     timeout_s: float = 60.0
     keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    bulk: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,8 @@ class SnapshotRunner:
         self.on_progress = on_progress
         self.state: SnapshotState | None = None
         self.progress_tracker: Progress | None = None
+        self.bulk: tuple[Any, ...] = ()
+        self.bulk_tables: set[str] = set()
 
     # -- driver -------------------------------------------------------------------------
 
@@ -157,6 +161,7 @@ class SnapshotRunner:
                 )
             self.state = state
             self.progress_tracker = Progress(state)
+            self._choose_paths(state, tlog)
             orders = {n: key_order(t["key"]) for n, t in state.tables.items()}
             width = self.options.wave_chunks or 2 * self.spark.sparkContext.defaultParallelism
             while state.pending():
@@ -174,18 +179,48 @@ class SnapshotRunner:
         """Chunks done of total, rows, rows/s, ETA, per table (:class:`Progress`)."""
         return {} if self.progress_tracker is None else self.progress_tracker.as_dict()
 
+    def _choose_paths(self, state: SnapshotState, tlog: TaskLog) -> None:
+        """Which tables take the bulk path (:mod:`headwater.snapshot.bulk`): when every
+        sink has a bulk target that accepts local files, each table whose column types
+        all have a text form; none when ``options.bulk`` is off."""
+        from headwater.sinks.mysql.bulk import bulk_target, line_sql
+
+        if not self.options.bulk or not self.sinks:
+            return
+        targets = [bulk_target(s, self.transforms) for s in self.sinks]
+        found = [t for t in targets if t is not None]
+        if len(found) < len(targets):
+            return
+        for target in found:
+            if not target.probe():
+                log.warning(
+                    "snapshot: a target refuses LOAD DATA LOCAL (local_infile is off);"
+                    " rows take the general path"
+                )
+                return
+        self.bulk = tuple(found)
+        for name in state.tables:
+            db, _, table = name.partition(".")
+            tdef = tlog.table_def(db, table)
+            if tdef is not None and line_sql(tdef) is not None:
+                self.bulk_tables.add(name)
+        general = sorted(set(state.tables) - self.bulk_tables)
+        if general:
+            log.info("snapshot: general path for %s (column types without a bulk form)", general)
+
     def _tasks(
         self, state: SnapshotState, ids: list[str], orders: dict[str, KeyOrder]
     ) -> list[ChunkTask]:
         out = []
         for name, t in state.tables.items():
             db, _, table = name.partition(".")
+            bulk = self.bulk if name in self.bulk_tables else ()
             for c in t["chunks"]:
                 if c["id"] in ids:
                     out.append(
                         ChunkTask(c["id"], self.source, self.task_dir, self.connection, db, table,
                                   orders[name], c["lo"], c["hi"], state.wave,
-                                  self.options.timeout_s)
+                                  self.options.timeout_s, bulk)
                     )  # fmt: skip
         return out
 
@@ -203,28 +238,35 @@ class SnapshotRunner:
         state.save(self.state_path)
         tasks = self._tasks(state, ids, orders)
         sc = self.spark.sparkContext
-        out = (
-            sc.parallelize(tasks, len(tasks))
-            .mapPartitions(_chunk_partition)
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        try:
+        out = sc.parallelize(tasks, len(tasks)).mapPartitions(_chunk_partition)
+        rows: Any
+        if all(t.bulk for t in tasks):
+            # Bulk chunks are in the targets already; only their window changes and
+            # metadata come back, few enough for the driver: one job, nothing cached.
+            items = out.collect()
+            metas = [v for k, v in items if k == "meta"]
+            rows = [v for k, v in items if k == "row"]
+        else:
+            out = out.persist(StorageLevel.MEMORY_AND_DISK)
             metas = out.filter(lambda kv: kv[0] == "meta").map(lambda kv: kv[1]).collect()
             rows = out.filter(lambda kv: kv[0] == "row").map(lambda kv: kv[1])
+        try:
             catchup = self._catch_up(state, metas, orders, tlog, conn)
-            df: DataFrame = self.spark.createDataFrame(rows, change_schema())
-            if catchup:
-                df = df.unionByName(self.spark.createDataFrame(catchup, change_schema()))
-            if self.transforms:
-                from headwater.spark.transforms import apply_transforms
+            if catchup or any(m["emitted"] for m in metas):
+                df: DataFrame = self.spark.createDataFrame(rows, change_schema())
+                if catchup:
+                    df = df.unionByName(self.spark.createDataFrame(catchup, change_schema()))
+                if self.transforms:
+                    from headwater.spark.transforms import apply_transforms
 
-                df = apply_transforms(df, self.transforms)
-            for sink in self.sinks:
-                sink.write_batch(df, WAVE_BATCH_BASE + state.wave)
+                    df = apply_transforms(df, self.transforms)
+                for sink in self.sinks:
+                    sink.write_batch(df, WAVE_BATCH_BASE + state.wave)
         finally:
             out.unpersist()
         for m in metas:
             state.done[m["chunk_id"]] = {
+                "path": m["path"],
                 "wave": state.wave,
                 "high": m["high"],
                 "last_seq": m["last_seq"],
