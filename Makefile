@@ -27,7 +27,7 @@ system-packages:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/headwater/_native/ingest.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

@@ -1,0 +1,48 @@
+from typing_extensions import Buffer
+
+SLOW: int
+MORE: int
+LIMIT: int
+
+_Last = tuple[int, int, int, int, int, int]
+
+class Scanner:
+    in_transaction: bool
+    shapes: int
+    def __init__(self, id_size: int = 6) -> None: ...
+    def add_shape(self, body: Buffer, name: Buffer, widths: Buffer) -> None: ...
+    def clear(self) -> None: ...
+    def reset(self) -> None: ...
+    def scan(
+        self,
+        buf: Buffer,
+        start: int,
+        end: int,
+        seq: int,
+        *,
+        crc: bool,
+        verify: bool,
+        change_id: int,
+        file_num: int,
+        schema_version: int,
+        chunk_bytes: int,
+        after_file: int,
+        after_offset: int,
+        gtid_domain: int,
+        gtid_floor: int,
+        dropped: Buffer,
+        max_out: int,
+    ) -> tuple[int, int, int, bytearray, list[str], int, _Last | None]: ...
+
+def stamp(
+    frames: bytearray,
+    start: int,
+    seq0: int,
+    off0: int,
+    seg_limit: int,
+    block_bytes: int,
+    interval: int,
+    open_first: bool,
+    max_ts: int,
+) -> tuple[int, int, list[int], list[tuple[int, int]], int, int]: ...
+def crc32c(data: Buffer, crc: int = 0) -> int: ...
