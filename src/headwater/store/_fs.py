@@ -40,7 +40,7 @@ def atomic_write(path: str, data: bytes) -> None:
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def writev_all(fd: int, pieces: list[bytes]) -> None:
+def writev_all(fd: int, pieces: list[bytes | bytearray | memoryview]) -> None:
     """Write the pieces in order with as few system calls as possible (no joining copy)."""
     for i in range(0, len(pieces), IOV_MAX):
         batch = pieces[i : i + IOV_MAX]

@@ -49,6 +49,7 @@ from crc32c import crc32c
 from headwater.errors import CorruptRecordError, StoreError
 from headwater.position import Position
 from headwater.store._fs import fsync_dir, write_all, writev_all
+from headwater.store.bulk import FrameAppend, FrameRun
 from headwater.store.catalog import (
     HEAD_NAME,
     ActiveState,
@@ -109,12 +110,12 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-class ChangeLog(Rolling, ReadSide, Maintenance):
+class ChangeLog(Rolling, ReadSide, Maintenance, FrameAppend):
     """A change log directory. Create with :meth:`open`; close with :meth:`close`.
 
     This module is the writer and the segment list; the read side is in logread.py,
     retention and compression in maintenance.py, the group-commit thread in flusher.py,
-    sealing and rolling segments in rolling.py.
+    sealing and rolling segments in rolling.py, appending prebuilt frames in bulk.py.
     """
 
     def __init__(self, directory: str, options: StoreOptions, read_only: bool) -> None:
@@ -135,7 +136,7 @@ class ChangeLog(Rolling, ReadSide, Maintenance):
         self._failed: BaseException | None = None
         # The memory tail: records of the active segment from seq ``first`` on, and the
         # end offset of each (a reader's snapshot stays valid while the writer appends).
-        self._tail: tuple[int, int, list[Record], list[int]] = (1, 1, [], [])
+        self._tail: tuple[int, int, list[Record | FrameRun], list[int]] = (1, 1, [], [])
         self._tail_start = 0
         self._purged: GtidSummary = {}
         self._lock_fd = -1
@@ -181,7 +182,7 @@ class ChangeLog(Rolling, ReadSide, Maintenance):
         except BaseException:
             os.close(self._lock_fd)
             raise
-        self._buf: list[bytes] = []
+        self._buf: list[bytes | bytearray | memoryview] = []
         self._buf_bytes = 0
         self._buf_commit: tuple[int, int] | None = None
         self._written: _Mark | None = None

@@ -15,6 +15,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from headwater.errors import CorruptRecordError, PositionNotRetainedError, StoreError
+from headwater.store.bulk import FrameRun
 from headwater.store.catalog import ActiveState, Catalog, read_head
 from headwater.store.index import GtidSummary, IndexView, PosTuple
 from headwater.store.options import StoreOptions
@@ -42,7 +43,7 @@ class ReadSide:
     _pub_end: int
     _closed: bool
     _failed: BaseException | None
-    _tail: tuple[int, int, list[Record], list[int]]
+    _tail: tuple[int, int, list[Record | FrameRun], list[int]]
     _purged: GtidSummary
     _head_fd: int
     _watch: FileWatch | None
@@ -89,7 +90,10 @@ class ReadSide:
         first, base, recs, ends = self._tail
         i = seq - first
         if 0 <= i < len(ends):
-            return recs[i], base, ends[i]
+            rec = recs[i]
+            if isinstance(rec, FrameRun):  # appended as frames (bulk.py): decoded on demand
+                rec = rec.record(seq)
+            return rec, base, ends[i]
         return None
 
     def _active_first(self) -> tuple[PosTuple, int]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from headwater.errors import StoreError
 from headwater.store._fs import atomic_write, fsync_dir, write_all
+from headwater.store.bulk import FrameRun
 from headwater.store.catalog import ActiveState, Catalog, seal_footer, write_head
 from headwater.store.index import ENTRY, IndexBuilder, encode_trailer
 from headwater.store.options import StoreOptions
@@ -49,7 +50,7 @@ class Rolling:
     _wfd: int
     _ifd: int
     _retired: list[int]
-    _tail: tuple[int, int, list[Record], list[int]]
+    _tail: tuple[int, int, list[Record | FrameRun], list[int]]
     _tail_start: int
     _written: _Mark | None
     _unsynced: int
