@@ -3,15 +3,17 @@
 :func:`write_sql_batch` runs **one Spark job** per micro-batch without DDL:
 
 1. ``mapInArrow`` routes each change row to the shard of its key
-   (:func:`headwater.sinks.merge.shard_of`): the row leaves with a ``part`` column (the
-   shard's partition key). An update that moves a row to another key leaves twice, once
-   for the old key's shard (its delete) and once for the new key's (its upsert). A DDL row
-   leaves once per shard: every shard sees every DDL of the batch;
+   (:func:`headwater.sinks.merge.sink_shard` of the canonical key text): the row leaves
+   with a ``part`` column (the shard's partition key) and a ``role``. An update that moves
+   a row to another key leaves twice, once for the old key's shard (its delete, keyed by
+   the old key) and once for the new key's (its upsert). A DDL row leaves once per shard:
+   every shard sees every DDL of the batch. ``before`` stays behind (nothing after needs
+   it), so the shuffle moves less;
 2. ``repartition(shards, "part")`` moves rows to their shard's partition inside the JVM
    (``part`` values are chosen so that shard *i* is partition *i*);
 3. ``mapInArrow`` applies each partition's shard with its own connection and transaction
-   (:meth:`SqlSink.apply_events`: collapse, batched deletes and upserts, checkpoint), but
-   only the changes before the batch's first DDL, and reports that DDL;
+   (:meth:`SqlSink.apply_columns`: collapse on the columns, batched deletes and upserts,
+   checkpoint), but only the changes before the batch's first DDL, and reports that DDL;
 4. the driver collects one small result per shard, applies the DDL (if any), and runs the
    job again on the changes after it, until no DDL is left: data before a DDL statement is
    applied before it, data after it after it.
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from headwater.errors import SinkError
 from headwater.sinks.base import Change, as_change
-from headwater.sinks.merge import KeyEvent, explode, shard_of
+from headwater.sinks.merge import ROLE_KEY, ChangeColumns, route_row, sink_shard
 
 if TYPE_CHECKING:
     import pyarrow
@@ -64,6 +66,8 @@ _COLUMNS = (
     "sql",
     "ts_us",
 )
+#: Columns the apply step reads (after routing: ``key`` canonical, ``before`` dropped).
+_APPLY_COLUMNS = (*(c for c in _COLUMNS if c != "before"), "role", "part")
 
 _PART_KEYS: dict[int, list[int]] = {}
 _PART_LOCK = threading.Lock()
@@ -86,7 +90,10 @@ def write_sql_batch(sink: SqlSink, df: DataFrame, batch_id: int) -> None:
             warnings.simplefilter("ignore", FutureWarning)
             routed = segment.mapInArrow(
                 functools.partial(_route_batches, count, keys),
-                f"{', '.join(f'`{c}` {t}' for c, t in _column_types(rows))}, part int",
+                ", ".join(
+                    f"`{c}` {t}" for c, t in _column_types(rows) if c not in ("key", "before")
+                )
+                + ", `key` string, role int, part int",
             ).repartition(count, "part")
             applied = routed.mapInArrow(
                 functools.partial(_apply_partition, sink, batch_id, keys),
@@ -138,27 +145,47 @@ def _part_keys(spark: SparkSession, count: int) -> list[int]:
 def _route_batches(
     count: int, keys: list[int], batches: Iterable[pyarrow.RecordBatch]
 ) -> Iterator[pyarrow.RecordBatch]:
+    """Give each row copy its shard's partition key, role and canonical key
+    (:func:`headwater.sinks.merge.route_row`); DDL rows go to every shard. ``before`` is
+    read here and dropped: the apply step never needs it."""
     import pyarrow as pa
 
     for batch in batches:
         take: list[int] = []
         parts: list[int] = []
-        columns = {name: batch.column(name).to_pylist() for name in _COLUMNS}
-        for i in range(batch.num_rows):
-            row = {name: values[i] for name, values in columns.items()}
-            if row["op"] == "ddl":
+        roles: list[int] = []
+        texts: list[str | None] = []
+        ops = batch.column("op").to_pylist()
+        dbs = batch.column("database").to_pylist()
+        tables = batch.column("table").to_pylist()
+        key_col = batch.column("key").to_pylist()
+        befores = batch.column("before")
+        for i, op in enumerate(ops):
+            if op == "ddl":
                 for shard in range(count):
                     take.append(i)
                     parts.append(keys[shard])
+                    roles.append(ROLE_KEY)
+                    texts.append(None)
                 continue
-            shards = {shard_of(e.database, e.table, e.key, count) for e in explode(as_change(row))}
-            for shard in sorted(shards):
+            before = befores[i].as_py() if op == "update" else None
+            for role, text in route_row(op, key_col[i], before):
                 take.append(i)
-                parts.append(keys[shard])
+                parts.append(keys[sink_shard(dbs[i], tables[i], text, count)])
+                roles.append(role)
+                texts.append(text)
         if not take:
             continue
-        out = batch.take(pa.array(take, pa.int64()))
-        yield out.append_column("part", pa.array(parts, pa.int32()))
+        out = batch.drop_columns(["key", "before"]).take(pa.array(take, pa.int64()))
+        yield pa.RecordBatch.from_arrays(
+            [
+                *out.columns,
+                pa.array(texts, pa.string()),
+                pa.array(roles, pa.int32()),
+                pa.array(parts, pa.int32()),
+            ],
+            names=[*out.schema.names, "key", "role", "part"],
+        )
 
 
 def _apply_partition(
@@ -166,35 +193,48 @@ def _apply_partition(
 ) -> Iterator[pyarrow.RecordBatch]:
     import pyarrow as pa
 
-    count = sink.config.shards
-    # Rows keyed by the shard they were routed to (a partition holds one shard).
-    changes: dict[int, list[Change]] = {}
+    received = list(batches)
+    if not received:
+        return
+    data = pa.Table.from_batches(received)
+    col = {name: data.column(name).to_pylist() for name in _APPLY_COLUMNS}
+    ops: list[str] = col["op"]
+    seqs: list[int] = col["sequence"]
+    # The batch's first DDL: this run applies only the changes before it.
     ddl: Change | None = None
-    for batch in batches:
-        columns = {name: batch.column(name).to_pylist() for name in (*_COLUMNS, "part")}
-        for i in range(batch.num_rows):
-            row = {name: values[i] for name, values in columns.items()}
-            change = as_change(row)
-            if change.op == "ddl":
-                if ddl is None or change.sequence < ddl.sequence:
-                    ddl = change
-                continue
-            changes.setdefault(row["part"], []).append(change)
+    for i, op in enumerate(ops):
+        if op == "ddl" and (ddl is None or seqs[i] < ddl.sequence):
+            ddl = as_change({name: values[i] for name, values in col.items()})
+    cut = None if ddl is None else ddl.sequence
+    order = sorted(
+        (i for i, op in enumerate(ops) if op != "ddl" and (cut is None or seqs[i] < cut)),
+        key=seqs.__getitem__,
+    )
+    cols = ChangeColumns(
+        col["source"],
+        col["database"],
+        col["table"],
+        ops,
+        seqs,
+        col["change_id"],
+        col["file_num"],
+        col["offset"],
+        col["event_index"],
+        col["key"],
+        col["after"],
+        col["role"],
+    )
     part_shard = {key: shard for shard, key in enumerate(keys)}
+    by_part: dict[int, list[int]] = {}
+    parts: list[int] = col["part"]
+    for i in order:
+        by_part.setdefault(parts[i], []).append(i)
     shards: list[int] = []
     payloads: list[bytes] = []
-    for part, rows in changes.items():
+    for part, rows in by_part.items():
         shard = part_shard[part]
-        events: list[KeyEvent] = []
-        for change in rows:
-            if ddl is not None and change.sequence > ddl.sequence:
-                continue
-            for ev in explode(change):
-                if shard_of(ev.database, ev.table, ev.key, count) == shard:
-                    events.append(ev)
-        events.sort(key=lambda e: e.sequence)
         try:
-            result: Any = sink.apply_events(events, batch_id, shard)
+            result: Any = sink.apply_columns(cols, rows, batch_id, shard)
         except SinkError as exc:
             result = exc
         shards.append(shard)

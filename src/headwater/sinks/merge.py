@@ -43,7 +43,7 @@ from __future__ import annotations
 import base64
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -236,3 +236,158 @@ def route(changes: Iterable[Change], count: int) -> Iterator[tuple[int, KeyEvent
             continue
         for ev in explode(change):
             yield shard_of(ev.database, ev.table, ev.key, count), ev
+
+
+# -- the columnar path of the Spark glue ---------------------------------------------------
+#
+# The Spark glue moves change rows between the JVM and Python as Arrow columns. Building a
+# Change, two to four KeyEvents and a parsed JSON image per row cost more than everything
+# else in a micro-batch, so the glue routes and collapses on the columns instead, with the
+# same rules as explode() + collapse() above (tests/unit/sinks/test_sink_merge.py proves
+# them equal on random histories):
+#
+# * routing (route_row) runs before the shuffle and gives each row copy a *role*: ROLE_KEY
+#   (the row's own key), or, for an update that changes the primary key, ROLE_OLD (the
+#   delete of the old key, routed and identified by the old key's text) and ROLE_NEW (the
+#   put of the new key, which creates it);
+# * keys are identified by their JSON text, made canonical here (orjson's rendering of the
+#   parsed key): the source renders keys one way, but canonical text makes the identity
+#   independent of how a key was written;
+# * collapse_columns() parses JSON only for the keys and images of the net effects.
+
+ROLE_KEY = 0
+ROLE_OLD = 1
+ROLE_NEW = 2
+
+
+def canonical_key(text: str) -> str:
+    """The canonical JSON text of a key given as JSON text."""
+    return orjson.dumps(orjson.loads(text)).decode()
+
+
+def sink_shard(database: str, table: str, key_text: str | None, count: int) -> int:
+    """The SQL sinks' shard of a key: ``crc32c(database NUL table NUL key) % count``, on
+    the canonical key text (a keyless row goes to shard 0, where applying it fails)."""
+    if key_text is None:
+        return 0
+    data = f"{database}\0{table}\0{key_text}".encode("utf-8", "surrogateescape")
+    return int(crc32c(data)) % count
+
+
+def route_row(
+    op: str, key_text: str | None, before_text: str | None
+) -> list[tuple[int, str | None]]:
+    """``(role, canonical key text)`` for each copy of a change row the glue routes.
+
+    DDL is not routed here (every shard gets it). An update whose before image holds
+    different primary key values leaves twice (old key: ROLE_OLD; new key: ROLE_NEW)."""
+    if key_text is None:
+        return [(ROLE_KEY, None)]
+    key = orjson.loads(key_text)
+    text = orjson.dumps(key).decode()
+    if op == "update" and before_text is not None and isinstance(key, dict):
+        before = orjson.loads(before_text)
+        if all(c in before for c in key):
+            old = {c: before[c] for c in key}
+            if old != key:
+                return [(ROLE_OLD, orjson.dumps(old).decode()), (ROLE_NEW, text)]
+    return [(ROLE_KEY, text)]
+
+
+@dataclass(slots=True)
+class ChangeColumns:
+    """Routed change rows of one shard as parallel lists (the glue's Arrow columns).
+
+    ``key`` holds the canonical key text each row copy is identified by (the old key for
+    ROLE_OLD), ``after`` the after image's JSON text."""
+
+    source: list[str]
+    database: list[str]
+    table: list[str]
+    op: list[str]
+    sequence: list[int]
+    change_id: list[int]
+    file_num: list[int]
+    offset: list[int]
+    event_index: list[int]
+    key: list[str | None]
+    after: list[str | None]
+    role: list[int]
+
+    _positions: dict[tuple[int, int, int, int], Position] = field(default_factory=dict)
+
+    def position(self, i: int) -> Position:
+        """Row ``i``'s position (rows of one binlog event share one object)."""
+        at = (self.change_id[i], self.file_num[i], self.offset[i], self.event_index[i])
+        found = self._positions.get(at)
+        if found is None:
+            found = self._positions[at] = Position(*at)
+        return found
+
+
+def collapse_columns(cols: ChangeColumns, order: Iterable[int]) -> list[NetEffect]:
+    """:func:`collapse` of the key events of rows ``order`` (indexes into ``cols``, in
+    sequence order), computed on the columns. Raises :class:`SinkError` for a keyless
+    row or an unknown operation, like :func:`explode`."""
+    source, database, table, op = cols.source, cols.database, cols.table, cols.op
+    keys, role = cols.key, cols.role
+    # key identity -> [first index, last index, indexes of the puts since the last delete]
+    found: dict[tuple[str, str, str, str], list[Any]] = {}
+    for i in order:
+        k = keys[i]
+        if k is None:
+            raise SinkError(
+                "the table has no primary key; headwater sinks refuse keyless tables "
+                "(add a primary key at the source, or filter the table out)",
+                table=f"{database[i]}.{table[i]}",
+                resume_sequence=cols.sequence[i],
+            )
+        o = op[i]
+        if o not in _OPS:
+            raise SinkError(f"unknown operation {o!r}", table=f"{database[i]}.{table[i]}")
+        ident = (source[i], database[i], table[i], k)
+        entry = found.get(ident)
+        put = o != "delete" and role[i] != ROLE_OLD
+        if entry is None:
+            found[ident] = [i, i, [i] if put else []]
+            continue
+        entry[1] = i
+        if put:
+            entry[2].append(i)
+        else:
+            entry[2] = []
+    out: list[NetEffect] = []
+    for (src, db, tbl, ktext), (first, last, puts) in found.items():
+        image: dict[str, Any] | None = None
+        if not puts:  # the last event is a delete
+            created = op[first] == "insert" or role[first] == ROLE_NEW
+            if created:
+                continue
+            action = DELETE
+        else:
+            action = UPSERT
+            image = {}
+            after = cols.after
+            for p in puts:
+                text = after[p]
+                if text is not None:
+                    image.update(orjson.loads(text))
+        out.append(
+            NetEffect(
+                src,
+                db,
+                tbl,
+                ktext,
+                dict(orjson.loads(ktext)),
+                action,
+                image,
+                cols.sequence[first],
+                cols.sequence[last],
+                cols.position(last),
+            )
+        )
+    out.sort(key=lambda n: n.last_sequence)
+    return out
+
+
+_OPS = frozenset(("insert", "read", "update", "delete"))

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from headwater.errors import ConfigError, SinkError, TransientSinkError
+from headwater.position import Position
 from headwater.schema.model import TableDef
 from headwater.sinks.base import (
     ApplyResult,
@@ -57,7 +58,15 @@ from headwater.sinks.base import (
     as_change,
     map_database,
 )
-from headwater.sinks.merge import DELETE, KeyEvent, NetEffect, collapse, explode
+from headwater.sinks.merge import (
+    DELETE,
+    ChangeColumns,
+    KeyEvent,
+    NetEffect,
+    collapse,
+    collapse_columns,
+    explode,
+)
 from headwater.sinks.values import ValueRules, converter
 
 if TYPE_CHECKING:
@@ -152,12 +161,47 @@ class SqlDialect(ABC):
     def ddl_statements(self, change: Change, config: SqlSinkConfig) -> list[str]:
         raise SinkError("this target cannot apply source DDL", table=change.table_name)
 
+    def render_rows(self, cur: Any, rows: Sequence[Sequence[Any]]) -> str | None:
+        """The rows as SQL text ``(v1, v2), (v3, v4)`` (values as literals), or None when
+        this dialect binds parameters instead (the driver's own escaping is used)."""
+        return None
+
+    def upsert_rendered(
+        self, table: str, columns: Sequence[str], key: Sequence[str], rows: str
+    ) -> str:
+        """:meth:`upsert_sql` around rows from :meth:`render_rows`."""
+        raise NotImplementedError
+
+    def delete_rendered(self, table: str, key: Sequence[str], rows: str) -> str:
+        """:meth:`delete_sql` around rows from :meth:`render_rows`."""
+        cols = ", ".join(self.ident(c) for c in key)
+        return f"DELETE FROM {table} WHERE ({cols}) IN ({rows})"
+
     def delete_sql(self, table: str, key: Sequence[str], rows: int) -> str:
         cols = ", ".join(self.ident(c) for c in key)
         if len(key) == 1:
             return f"DELETE FROM {table} WHERE {cols} IN ({', '.join(['%s'] * rows)})"
         one = "(" + ", ".join(["%s"] * len(key)) + ")"
         return f"DELETE FROM {table} WHERE ({cols}) IN ({', '.join([one] * rows)})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Selected:
+    """What a shard transaction applies, chosen once the checkpoints are read: how many
+    events were already applied, the net effects of the rest, and per source the last
+    sequence and the number of events applied."""
+
+    skipped: int
+    effects: list[NetEffect]
+    progress: dict[str, tuple[int, int]]
+
+
+def _progress(items: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for source, seq in items:
+        last, count = out.get(source, (seq, 0))
+        out[source] = (max(last, seq), count + 1)
+    return out
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -329,12 +373,80 @@ class SqlSink:
         """Apply key events of one shard in one transaction (module docstring)."""
         if not events:
             return ApplyResult(shard, batch_id, attempts=0)
-        resume = min(e.sequence for e in events)
         if self.config.create_tables:
-            self._create_tables(events, connection)
+            tables: dict[tuple[str, str], Position] = {}
+            for ev in events:
+                tables.setdefault((ev.database, ev.table), ev.position)
+            self._create_tables(tables, connection)
 
+        def select(applied: dict[str, int]) -> _Selected:
+            todo = [e for e in events if e.sequence > applied[e.source]]
+            return _Selected(
+                len(events) - len(todo),
+                collapse(todo) if todo else [],
+                _progress((e.source, e.sequence) for e in todo),
+            )
+
+        return self._apply(
+            sorted({e.source for e in events}),
+            select,
+            min(e.sequence for e in events),
+            batch_id,
+            shard,
+            connection,
+            on_retry,
+        )
+
+    def apply_columns(
+        self,
+        cols: ChangeColumns,
+        rows: Sequence[int],
+        batch_id: int,
+        shard: int,
+        connection: Any = None,
+        on_retry: OnRetry | None = None,
+    ) -> ApplyResult:
+        """:meth:`apply_events` for the Spark glue's routed columns: ``rows`` are the
+        shard's row indexes in ``cols``, in sequence order (no DDL among them)."""
+        if not rows:
+            return ApplyResult(shard, batch_id, attempts=0)
+        seq, src = cols.sequence, cols.source
+        if self.config.create_tables:
+            firsts: dict[tuple[str, str], int] = {}
+            for i in rows:
+                firsts.setdefault((cols.database[i], cols.table[i]), i)
+            self._create_tables({t: cols.position(i) for t, i in firsts.items()}, connection)
+
+        def select(applied: dict[str, int]) -> _Selected:
+            todo = [i for i in rows if seq[i] > applied[src[i]]]
+            return _Selected(
+                len(rows) - len(todo),
+                collapse_columns(cols, todo) if todo else [],
+                _progress((src[i], seq[i]) for i in todo),
+            )
+
+        return self._apply(
+            sorted({src[i] for i in rows}),
+            select,
+            seq[rows[0]],
+            batch_id,
+            shard,
+            connection,
+            on_retry,
+        )
+
+    def _apply(
+        self,
+        sources: list[str],
+        select: Callable[[dict[str, int]], _Selected],
+        resume: int,
+        batch_id: int,
+        shard: int,
+        connection: Any,
+        on_retry: OnRetry | None,
+    ) -> ApplyResult:
         def work(conn: Any) -> ApplyResult:
-            return self._transaction(conn, events, batch_id, shard)
+            return self._transaction(conn, sources, select, batch_id, shard)
 
         result, attempts = self._with_retries(
             work,
@@ -354,11 +466,15 @@ class SqlSink:
         )
 
     def _transaction(
-        self, conn: Any, events: Sequence[KeyEvent], batch_id: int, shard: int
+        self,
+        conn: Any,
+        sources: list[str],
+        select: Callable[[dict[str, int]], _Selected],
+        batch_id: int,
+        shard: int,
     ) -> ApplyResult:
         ckpt = self.dialect.table_ref(self.config.checkpoint_database, "headwater_checkpoint")
         pipeline = self.config.pipeline
-        sources = sorted({e.source for e in events})
         applied: dict[str, int] = {}
         with conn.cursor() as cur:
             for source in sources:
@@ -369,56 +485,62 @@ class SqlSink:
                     (pipeline, source, shard),
                 )
                 applied[source] = int(cur.fetchone()[0])
-            todo = [e for e in events if e.sequence > applied[e.source]]
-            skipped = len(events) - len(todo)
-            if not todo:
-                return ApplyResult(shard, batch_id, skipped=skipped, checkpoints=applied)
-            effects = collapse(todo)
-            writes = self._writes(effects, batch_id, shard)
+            chosen = select(applied)
+            if not chosen.progress:
+                return ApplyResult(shard, batch_id, skipped=chosen.skipped, checkpoints=applied)
+            writes = self._writes(chosen.effects, batch_id, shard)
             upserts = deletes = 0
             for write in writes:
                 deletes += self._run(cur, write, write.deletes, batch_id, shard, delete=True)
             for write in writes:
                 upserts += self._run(cur, write, write.upserts, batch_id, shard, delete=False)
-            for source in sources:
-                mine = [e.sequence for e in todo if e.source == source]
-                if not mine:
-                    continue
-                applied[source] = max(mine)
+            for source, (last, count) in chosen.progress.items():
+                applied[source] = last
                 cur.execute(
                     f"UPDATE {ckpt} SET batch_id = %s, max_sequence = %s, applies = applies + 1,"
                     " rows_applied = %s, applied_at = CURRENT_TIMESTAMP(6)"
                     " WHERE pipeline = %s AND source = %s AND shard = %s",
-                    (batch_id, applied[source], len(mine), pipeline, source, shard),
+                    (batch_id, last, count, pipeline, source, shard),
                 )
-        return ApplyResult(shard, batch_id, upserts, deletes, skipped, applied)
+        return ApplyResult(shard, batch_id, upserts, deletes, chosen.skipped, applied)
 
     def _writes(self, effects: list[NetEffect], batch_id: int, shard: int) -> list[_Write]:
         rules = ValueRules(self.config.zero_dates, self.dialect.text_bytes)
         groups: dict[tuple[str, str, tuple[str, ...]], _Write] = {}
-        # Rows of one binlog event share a position: look each definition up once, and
-        # build each column set's converters once.
-        tdefs: dict[tuple[str, str, Any], TableDef] = {}
-        convs: dict[tuple[int, tuple[str, ...]], list[Callable[[Any], Any]]] = {}
+        # Rows of one binlog event share a position object: look each definition up once
+        # per position (the effects hold the positions, so ids stay unique meanwhile), and
+        # work out each statement shape (columns, converters, group) once.
+        tdefs: dict[tuple[str, str, int], TableDef] = {}
+        shapes: dict[
+            tuple[int, bool, tuple[str, ...]],
+            tuple[tuple[str, ...], list[Callable[[Any], Any]], tuple[str, str, tuple[str, ...]]],
+        ] = {}
         for effect in effects:
-            at = (effect.database, effect.table, effect.position)
+            at = (effect.database, effect.table, id(effect.position))
             tdef = tdefs.get(at)
             if tdef is None:
                 tdef = tdefs[at] = self._table_def(effect, batch_id, shard)
-            names = tuple(effect.key) if effect.action == DELETE else tuple(effect.image or ())
-            # One statement shape per column set (MINIMAL images vary), in table order.
-            columns = tuple(c.name for c in tdef.columns if c.name in names)
-            unknown = set(names) - set(columns)
-            if unknown:
-                raise SinkError(
-                    f"columns {sorted(unknown)} are not in the table definition",
-                    table=effect.table_name,
-                    key=effect.key,
-                    shard=shard,
-                    batch_id=batch_id,
-                    resume_sequence=effect.first_sequence,
-                )
-            gkey = (effect.database, effect.table, columns if effect.action != DELETE else ())
+            delete = effect.action == DELETE
+            source = effect.key if delete else effect.image or {}
+            names = tuple(source)
+            shape = shapes.get((id(tdef), delete, names))
+            if shape is None:
+                # One statement shape per column set (MINIMAL images vary), in table order.
+                columns = tuple(c.name for c in tdef.columns if c.name in names)
+                unknown = set(names) - set(columns)
+                if unknown:
+                    raise SinkError(
+                        f"columns {sorted(unknown)} are not in the table definition",
+                        table=effect.table_name,
+                        key=effect.key,
+                        shard=shard,
+                        batch_id=batch_id,
+                        resume_sequence=effect.first_sequence,
+                    )
+                fns = [converter(tdef.column(c), rules) for c in columns]  # type: ignore[arg-type]
+                gkey = (effect.database, effect.table, () if delete else columns)
+                shape = shapes[(id(tdef), delete, names)] = (columns, fns, gkey)
+            columns, fns, gkey = shape
             write = groups.get(gkey)
             if write is None:
                 target = map_database(self.config.database_map, effect.database)
@@ -430,11 +552,6 @@ class SqlSink:
                     [],
                     [],
                 )
-            source = effect.key if effect.action == DELETE else effect.image or {}
-            ckey = (id(tdef), columns)
-            fns = convs.get(ckey)
-            if fns is None:
-                fns = convs[ckey] = [converter(tdef.column(c), rules) for c in columns]  # type: ignore[arg-type]
             try:
                 values = [f(source[c]) for f, c in zip(fns, columns, strict=True)]
             except (ValueError, TypeError) as exc:
@@ -446,7 +563,7 @@ class SqlSink:
                     batch_id=batch_id,
                     resume_sequence=effect.first_sequence,
                 ) from None
-            (write.deletes if effect.action == DELETE else write.upserts).append((effect, values))
+            (write.deletes if delete else write.upserts).append((effect, values))
         return list(groups.values())
 
     def _table_def(self, effect: NetEffect, batch_id: int, shard: int) -> TableDef:
@@ -477,8 +594,15 @@ class SqlSink:
         width = len(write.key) if delete else len(write.columns)
         size = max(1, min(self.config.batch_rows, self.dialect.capabilities.max_params // width))
         for chunk in _chunks(rows, size):
-            sql = self._statement(write, len(chunk), delete=delete)
-            params = [v for _, values in chunk for v in values]
+            rendered = self.dialect.render_rows(cur, [values for _, values in chunk])
+            params: list[Any] | None = None
+            if rendered is None:
+                sql = self._statement(write, len(chunk), delete=delete)
+                params = [v for _, values in chunk for v in values]
+            elif delete:
+                sql = self.dialect.delete_rendered(write.table, write.key, rendered)
+            else:
+                sql = self.dialect.upsert_rendered(write.table, write.columns, write.key, rendered)
             cur.execute("SAVEPOINT hw_batch")
             try:
                 cur.execute(sql, params)
@@ -528,21 +652,18 @@ class SqlSink:
             resume_sequence=min(e.first_sequence for e, _ in chunk),
         )
 
-    def _create_tables(self, events: Sequence[KeyEvent], connection: Any) -> None:
-        seen: dict[tuple[str, str], KeyEvent] = {}
-        for ev in events:
-            seen.setdefault((ev.database, ev.table), ev)
+    def _create_tables(self, tables: dict[tuple[str, str], Position], connection: Any) -> None:
+        """``CREATE ... IF NOT EXISTS`` each ``(database, table)`` as defined at its
+        position."""
 
         def work(conn: Any) -> None:
             with conn.cursor() as cur:
                 for sql in self.dialect.setup_lock_sql():
                     cur.execute(sql)
-                for (db, table), ev in seen.items():
-                    tdef = self.config.schema.table_at(db, table, ev.position)
+                for (db, table), position in tables.items():
+                    tdef = self.config.schema.table_at(db, table, position)
                     if tdef is None:
-                        raise SinkError(
-                            f"no table definition at {ev.position}", table=f"{db}.{table}"
-                        )
+                        raise SinkError(f"no table definition at {position}", table=f"{db}.{table}")
                     target = map_database(self.config.database_map, db)
                     for sql in self.dialect.create_table_sql(target, tdef):
                         cur.execute(sql)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -12,13 +13,20 @@ from headwater.position import Position
 from headwater.sinks.base import Change, as_change
 from headwater.sinks.merge import (
     DELETE,
+    ROLE_KEY,
+    ROLE_NEW,
+    ROLE_OLD,
     UPSERT,
+    ChangeColumns,
     NetEffect,
     collapse,
+    collapse_columns,
     explode,
     key_id,
     route,
+    route_row,
     shard_of,
+    sink_shard,
 )
 
 POS = Position(0, 1, 4, 0)
@@ -193,3 +201,87 @@ def test_net_effect_equals_applying_every_change_in_order(
     apply_net(got, effects)
     assert got == expected
     assert len({e.key_id for e in effects}) == len(effects)
+
+
+def columnar_net(changes: list[Change], count: int) -> dict[int, list[NetEffect]]:
+    """The Spark glue's path: route_row + sink_shard per row, then collapse_columns per
+    shard on the routed copies (JSON text, as the glue's Arrow columns carry them)."""
+    copies: dict[int, list[tuple[Change, int, str | None]]] = {}
+    for c in changes:
+        key_text = None if c.key is None else orjson.dumps(c.key).decode()
+        before = None if c.before is None else orjson.dumps(c.before).decode()
+        for role, text in route_row(c.op, key_text, before):
+            copies.setdefault(sink_shard(c.database, c.table, text, count), []).append(
+                (c, role, text)
+            )
+    out: dict[int, list[NetEffect]] = {}
+    for shard, rows in copies.items():
+        cols = ChangeColumns(
+            [c.source for c, _, _ in rows],
+            [c.database for c, _, _ in rows],
+            [c.table for c, _, _ in rows],
+            [c.op for c, _, _ in rows],
+            [c.sequence for c, _, _ in rows],
+            [c.position.change_id for c, _, _ in rows],
+            [c.position.file_num for c, _, _ in rows],
+            [c.position.offset for c, _, _ in rows],
+            [c.position.event_index for c, _, _ in rows],
+            [text for _, _, text in rows],
+            [None if c.after is None else orjson.dumps(c.after).decode() for c, _, _ in rows],
+            [role for _, role, _ in rows],
+        )
+        order = sorted(range(len(rows)), key=cols.sequence.__getitem__)
+        out[shard] = collapse_columns(cols, order)
+    return out
+
+
+def comparable(effects: list[NetEffect]) -> list[tuple[Any, ...]]:
+    return sorted(
+        (e.database, e.table, orjson.dumps(e.key), e.action, orjson.dumps(e.image),
+         e.first_sequence, e.last_sequence)
+        for e in effects
+    )  # fmt: skip
+
+
+@st.composite
+def minimal_histories(draw: st.DrawFn) -> list[Change]:
+    """Changes whose update images hold only some columns (MINIMAL row images)."""
+    _, changes = draw(histories())
+    out = []
+    for c in changes:
+        if c.op == "update" and c.after is not None and draw(st.booleans()):
+            keep = {k: v for k, v in c.after.items() if k == "id" or draw(st.booleans())}
+            c = Change(c.source, c.database, c.table, c.op, c.sequence, c.position, c.key,
+                       c.before, keep)  # fmt: skip
+        out.append(c)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(histories().map(lambda h: h[1]), minimal_histories()), st.integers(1, 4))
+def test_columnar_routing_and_collapse_equal_explode_and_collapse(
+    changes: list[Change], count: int
+) -> None:
+    by_shard = columnar_net(changes, count)
+    reference = net(changes)
+    assert comparable([e for effects in by_shard.values() for e in effects]) == comparable(
+        reference
+    )
+    for shard, effects in by_shard.items():  # each key's effect is in the key's shard
+        for e in effects:
+            assert sink_shard(e.database, e.table, orjson.dumps(e.key).decode(), count) == shard
+
+
+def test_routing_a_key_update_gives_the_old_key_delete_and_the_new_key_put() -> None:
+    routed = route_row("update", '{"id":2}', '{"id":1,"v":"a"}')
+    assert routed == [(ROLE_OLD, '{"id":1}'), (ROLE_NEW, '{"id":2}')]
+    assert route_row("update", '{"id":1}', '{"id":1,"v":"a"}') == [(ROLE_KEY, '{"id":1}')]
+    assert route_row("delete", '{ "id": 1 }', None) == [(ROLE_KEY, '{"id":1}')]  # canonical
+    assert route_row("insert", None, None) == [(ROLE_KEY, None)]
+
+
+def test_columnar_collapse_refuses_a_keyless_row_with_its_table() -> None:
+    cols = ChangeColumns(["s"], ["shop"], ["t"], ["insert"], [7], [0], [1], [4], [0],
+                         [None], ['{"v":1}'], [ROLE_KEY])  # fmt: skip
+    with pytest.raises(SinkError, match=r"no primary key.*table shop\.t"):
+        collapse_columns(cols, [0])

@@ -77,14 +77,34 @@ class MysqlDialect(SqlDialect):
         return code in RETRYABLE_CODES
 
     def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str], rows: int) -> str:
-        cols = ", ".join(self.ident(c) for c in columns)
         one = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        return self.upsert_rendered(table, columns, key, ", ".join([one] * rows))
+
+    def upsert_rendered(
+        self, table: str, columns: Sequence[str], key: Sequence[str], rows: str
+    ) -> str:
+        cols = ", ".join(self.ident(c) for c in columns)
         update = [c for c in columns if c not in key] or list(key)
         sets = ", ".join(f"{self.ident(c)} = VALUES({self.ident(c)})" for c in update)
-        return (
-            f"INSERT INTO {table} ({cols}) VALUES {', '.join([one] * rows)}"
-            f" ON DUPLICATE KEY UPDATE {sets}"
-        )
+        return f"INSERT INTO {table} ({cols}) VALUES {rows} ON DUPLICATE KEY UPDATE {sets}"
+
+    def render_rows(self, cur: Any, rows: Sequence[Sequence[Any]]) -> str:
+        """Values as literals, escaped by PyMySQL exactly as it escapes parameters (it
+        honours the session's NO_BACKSLASH_ESCAPES); ints and NULLs skip its dispatch, and
+        no ``%`` formatting of a statement with thousands of placeholders is done."""
+        conn = cur.connection
+        escape = conn.escape
+
+        def literal(value: Any) -> str:
+            kind = type(value)
+            if kind is int:
+                return str(value)
+            if value is None:
+                return "NULL"
+            text: str = escape(value)
+            return text
+
+        return ", ".join("(" + ", ".join(map(literal, row)) + ")" for row in rows)
 
     def create_table_sql(self, schema: str, tdef: TableDef) -> list[str]:
         lines = []
