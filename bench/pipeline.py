@@ -1,24 +1,27 @@
 """Pipeline: source commit to target apply, headwater against a naive replicator.
 
-Starts a sandbox source MariaDB (binlog on) and a target MariaDB, and a reader task on the
-source. Then, in the same run:
+Starts a sandbox source MariaDB (binlog on) and a target MariaDB. Then, in the same run:
 
-* throughput: a workload of N row changes (multi-row INSERT transactions, then UPDATEs and
-  DELETEs) is committed on the source; each contender then brings the target to the
-  source's state from the same binlog start, timed from its start to the last apply:
+* throughput: both contenders replicate the same pre-filled binlog, a workload of N row
+  changes (multi-row INSERT transactions, then UPDATEs and DELETEs) committed on the
+  source while neither was reading it, and each is timed from its start to the moment
+  its target equals the source:
 
-  - ``naive``: python-mysql-replication's ``BinLogStreamReader`` over the same binlog,
+  - ``naive``: python-mysql-replication's ``BinLogStreamReader`` over the binlog,
     applying each row with one statement (INSERT / UPDATE / DELETE by primary key,
     autocommit) through PyMySQL -- what a small hand-written replicator does;
-  - ``headwater``: the reader's catch-up on the same binlog, then ``headwater pipeline``
-    (Spark, ``availableNow``) into the target's ``bench_hw`` database with the MySQL sink.
-    The Spark session is started before the clock (a pipeline is a long-running service).
+  - ``headwater``: a pipeline is a long-running service, so it runs as one: the reader
+    task and the streaming query (``headwater pipeline``: Spark, MySQL sink, 2 shards,
+    target database ``bench_hw``) are started first and warmed on a small table, then
+    the reader is stopped while the workload is committed. The clock starts when the
+    reader restarts (it resumes from its stored position: the whole workload is behind
+    it) and stops when the query has applied the last record the reader stored.
 
   Both targets are compared with the source (row count and checksum) before a rate counts.
-* latency: a steady ``--rate`` rows/s (default 1000) of single-row-batch commits for
-  ``--seconds``, each row carrying its id; the commit time is taken when COMMIT returns; a
-  poller reads the target every 20 ms and records when each id becomes visible; prints
-  p50 and p99 of visible - committed.
+* latency: with the same running pipeline, a steady ``--rate`` rows/s (default 1000) of
+  single-row-batch commits for ``--seconds``, each row carrying its id; the commit time
+  is taken when COMMIT returns; a poller reads the target every 20 ms and records when
+  each id becomes visible; prints p50 and p99 of visible - committed.
 
 Last line: ``pipeline_speedup_vs_naive=<headwater rows/s / naive rows/s>``.
 ``--quick``: 20 000 rows and 8 s of latency (about a minute, of which Spark's start-up is
@@ -36,12 +39,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from headwater.config import FilterConfig, HostConfig, SourceConfig, StartConfig
 from headwater.position import BinlogCoordinate
 from headwater.reader.task import ReaderTask
 from headwater.sandbox import MariadbSandbox, SandboxOptions
+from headwater.spark.logaccess import open_log
+from headwater.spark.offsets import parse_options
 from headwater.spark.pipeline_config import parse_pipeline_config
 from headwater.spark.runner import PipelineRunner
 
@@ -223,6 +230,20 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
 
 
+def applied_all(task: ReaderTask, source: MariadbSandbox, query: Any, log_end: Any) -> bool:
+    """The reader holds the source's last transaction and the query's last finished
+    batch ends at the log's end, with no batch running."""
+    if not caught_up(task, source):
+        return False
+    end_seq = log_end()
+    progress = query.lastProgress
+    if not progress or query.status.get("isTriggerActive", False):
+        return False
+    end = progress["sources"][0]["endOffset"]
+    doc = orjson.loads(end) if isinstance(end, str) else end
+    return bool(doc and int(doc["seq"]) >= end_seq)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -236,9 +257,15 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="hw-bench-pipeline-"))
     source = MariadbSandbox(SandboxOptions()).start()
     target = MariadbSandbox(SandboxOptions(server_id=2, log_bin=False)).start()
-    task = None
+    task: ReaderTask | None = None
+    stop = threading.Event()
+    running: threading.Thread | None = None
+    threads: list[threading.Thread] = []
     try:
-        source.execute("CREATE DATABASE bench", TABLE.format(db="bench"))
+        source.execute(
+            "CREATE DATABASE bench", TABLE.format(db="bench"),
+            "CREATE TABLE bench.warm (id INT PRIMARY KEY, v INT)",
+        )  # fmt: skip
         target.execute(
             "CREATE DATABASE bench_naive", "CREATE DATABASE bench_hw",
             TABLE.format(db="bench_naive"), TABLE.format(db="bench_hw"),
@@ -253,49 +280,71 @@ def main() -> None:
             filters=FilterConfig(include=(r"bench\..*",)),
             state_interval=0.05,
         )
-        task = ReaderTask(config, tmp / "task")
-        reader = threading.Thread(target=task.run, daemon=True)
-        reader.start()
 
-        changes = workload(source, rows)
-        expected = checksum(source, "bench")
-        print(f"workload: {changes} row changes, {expected[0]} rows left", file=sys.stderr)
+        def start_reader() -> ReaderTask:
+            t = ReaderTask(config, tmp / "task")
 
-        naive_s = naive(source, target, start)
-        assert checksum(target, "bench_naive") == expected, "naive target differs"
-        naive_rate = changes / naive_s
-        print(f"naive: {naive_s:.2f} s, {naive_rate:,.0f} rows/s")
+            def run() -> None:
+                try:
+                    t.run()
+                finally:
+                    t.close()  # releases the log's writer lock for the next task
 
+            threads.append(threading.Thread(target=run, daemon=True))
+            threads[-1].start()
+            return t
+
+        # The running service: reader and streaming query, warmed on bench.warm.
+        task = start_reader()
+        wait(lambda: (tmp / "task" / "changes").is_dir(), 60, "the reader's log")
         pipeline = parse_pipeline_config(
             pipeline_yaml(tmp / "task", target, tmp / "checkpoint"), file="bench.yaml"
         )
         runner = PipelineRunner(pipeline)
         runner.spark.sparkContext.setLogLevel("ERROR")
-        runner.spark.range(1).collect()  # JVM and session up before the clock
-        t0 = time.perf_counter()
-        wait(lambda: caught_up(task, source), 300, "the reader")
-        reader_s = time.perf_counter() - t0
-        query = runner.start(available_now=True)
-        query.awaitTermination()
-        if query.exception() is not None:
-            raise SystemExit(f"pipeline failed: {query.exception()}")
-        hw_s = time.perf_counter() - t0
-        assert checksum(target, "bench_hw") == expected, "headwater target differs"
-        hw_rate = changes / hw_s
-        for p in query.recentProgress:
-            print(
-                f"  batch {p['batchId']}: {p['numInputRows']} rows, {p['durationMs']}",
-                file=sys.stderr,
-            )
-        print(f"headwater: {hw_s:.2f} s ({reader_s:.2f} s reader catch-up), {hw_rate:,.0f} rows/s")
-
-        # Latency: a continuous query (trigger as fast as possible).
-        stop = threading.Event()
         running = threading.Thread(target=lambda: runner.run(stop=stop, progress=sys.stderr))
         running.start()
+        source.execute(
+            "INSERT INTO bench.warm SELECT seq, seq FROM seq_1_to_2000", database="bench"
+        )
+        wait(
+            lambda: target.query("SELECT COUNT(*) FROM information_schema.tables"
+                                 " WHERE table_schema = 'bench_hw' AND table_name = 'warm'")[0][0]
+            and target.query("SELECT COUNT(*) FROM bench_hw.warm")[0][0] == 2000,
+            120,
+            "the warm-up rows",
+        )  # fmt: skip
+        query = runner.query
+        assert query is not None
+        task.request_stop()
+        threads[-1].join(60)
+
+        # The workload, committed while nobody reads the binlog.
+        workload_start = source.binlog_position()
+        changes = workload(source, rows)
+        expected = checksum(source, "bench")
+        print(f"workload: {changes} row changes, {expected[0]} rows left", file=sys.stderr)
+
+        naive_s = naive(source, target, workload_start)
+        assert checksum(target, "bench_naive") == expected, "naive target differs"
+        naive_rate = changes / naive_s
+        print(f"naive: {naive_s:.2f} s, {naive_rate:,.0f} rows/s")
+
+        log = open_log(parse_options({"path": str(tmp / "task")}), decoding=False)
+        t0 = time.perf_counter()
+        task = start_reader()
+        reader_task = task
+        wait(lambda: caught_up(reader_task, source), 300, "the reader")
+        reader_s = time.perf_counter() - t0
+        wait(lambda: applied_all(reader_task, source, query, lambda: log.end()[0]), 300,
+             "the pipeline")  # fmt: skip
+        hw_s = time.perf_counter() - t0
+        log.close()
+        assert checksum(target, "bench_hw") == expected, "headwater target differs"
+        hw_rate = changes / hw_s
+        print(f"headwater: {hw_s:.2f} s ({reader_s:.2f} s reader catch-up), {hw_rate:,.0f} rows/s")
+
         lat = latency(source, target, args.rate, seconds, first_id=10_000_000)
-        stop.set()
-        running.join(120)
         print(
             f"latency at {args.rate} rows/s for {seconds:.0f} s: {len(lat)} rows,"
             f" p50={pct(lat, 0.5):.3f} s p99={pct(lat, 0.99):.3f} s"
@@ -304,8 +353,13 @@ def main() -> None:
         print(f"latency_p99_s={pct(lat, 0.99):.3f}")
         print(f"pipeline_speedup_vs_naive={hw_rate / naive_rate:.1f}")
     finally:
+        stop.set()
+        if running is not None:
+            running.join(120)
         if task is not None:
             task.request_stop()
+        for thread in threads:
+            thread.join(10)
         source.stop()
         target.stop()
 
