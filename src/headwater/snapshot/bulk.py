@@ -55,7 +55,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from headwater.changes import ChangeRow
-from headwater.position import Position
 from headwater.schema.model import TableDef
 from headwater.snapshot.chunking import range_predicate
 from headwater.snapshot.keys import KeyOrder, decode_key
@@ -175,11 +174,13 @@ def _in_chunk(
 
 
 def run_bulk_chunk(
-    task: Any, tlog: Any, conn: Any, tdef: TableDef, line: str
+    task: Any, tlog: Any, conn: Any, tdef: TableDef, line: str, conns: Any
 ) -> Iterator[tuple[str, Any]]:
     """One chunk on the bulk path (module docstring): loads it into every target of
     ``task.bulk``, yields ``("row", change-row tuple)`` per window change of its keys,
-    then ``("meta", dict)``. ``conn`` is a source connection with autocommit off."""
+    then ``("meta", dict)``. ``conn`` is a source connection with autocommit off;
+    ``conns`` (:class:`~headwater.snapshot.reader.ChunkConnections`) lends target
+    connections."""
     key_cols = tuple(c.name for c in task.key.columns)
     lo, hi = decode_key(task.lo), decode_key(task.hi)
     where, params = range_predicate(key_cols, lo, hi)
@@ -198,6 +199,7 @@ def run_bulk_chunk(
             rows = _read_lines(conn, line, ref, where, params, out)
         conn.commit()
         high = master_status(conn)
+        read_s = time.monotonic() - started
         wait_caught_up(tlog.dir, tlog.log, conn, high, task.timeout_s)
         change_id = tlog.change_id()
         first = first_seq_at(tlog.log, change_id, low)
@@ -206,10 +208,15 @@ def run_bulk_chunk(
         in_chunk = _in_chunk(task.key, conn, window, key_cols, lo, hi)
         events = chunk_events(window, key_cols, in_chunk)
         conn.commit()
-        position = Position(change_id, high.file_num, high.offset, 0)
         loaded = time.monotonic()
-        for target in task.bulk:
-            target.load(path, task.database, task.table, tdef, target_where, position)
+        for i, target in enumerate(task.bulk):
+            try:
+                target.load(
+                    path, task.database, task.table, tdef, target_where, conns.target(i, target)
+                )
+            except BaseException:
+                conns.discard_target(i)
+                raise
         load_s = time.monotonic() - loaded
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -231,6 +238,7 @@ def run_bulk_chunk(
             "rows_read": rows,
             "rows": rows,
             "seconds": round(time.monotonic() - started, 3),
+            "read_seconds": round(read_s, 3),
             "load_seconds": round(load_s, 3),
         },
     )

@@ -17,8 +17,10 @@ aware, FLOAT is rounded to its 4-byte value, BIT becomes an int and SET a tuple 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,7 +44,14 @@ from headwater.snapshot.watermarks import (
 )
 from headwater.spark.schema import change_row_values
 
-__all__ = ["ChunkTask", "TaskLog", "connect_source", "run_chunk", "value_normalizer"]
+__all__ = [
+    "ChunkConnections",
+    "ChunkTask",
+    "TaskLog",
+    "connect_source",
+    "run_chunk",
+    "value_normalizer",
+]
 
 _F32 = struct.Struct("<f")
 
@@ -174,18 +183,103 @@ class TaskLog:
         self.log.close()
 
 
-def run_chunk(task: ChunkTask) -> Iterator[tuple[str, Any]]:
-    """Read, reconcile and emit one chunk (module docstring)."""
-    tlog = TaskLog(task.task_dir)
-    conn = connect_source(task.connection, autocommit=False)
-    try:
-        yield from _run(task, tlog, conn)
-    finally:
+class ChunkConnections:
+    """Connections chunks reuse: a new PyMySQL connection costs tens of milliseconds of
+    CPU (it builds an SSL context for TLS-if-offered), and a Python worker runs many
+    chunks. One to the source (autocommit off), one per bulk target, taken from this
+    process's idle ones; every chunk leaves them outside any transaction.
+    :meth:`release` gives them back after success, :meth:`close` closes them (after a
+    failure: a connection in an unknown state is not reused)."""
+
+    def __init__(self) -> None:
+        self._source: tuple[Any, Any] | None = None
+        self._targets: dict[int, tuple[Any, Any]] = {}
+
+    def source(self, options: ConnectionOptions) -> Any:
+        if self._source is None:
+            key = ("source", options)
+            conn = _IDLE.take(key) or connect_source(options, autocommit=False)
+            self._source = (key, conn)
+        return self._source[1]
+
+    def target(self, index: int, bulk: Any) -> Any:
+        held = self._targets.get(index)
+        if held is None:
+            key = ("bulk", bulk.config.connection)
+            held = self._targets[index] = (key, _IDLE.take(key) or bulk.connect())
+        return held[1]
+
+    def discard_target(self, index: int) -> None:
+        held = self._targets.pop(index, None)
+        if held is not None:
+            _close_quietly(held[1])
+
+    def _held(self) -> list[tuple[Any, Any]]:
+        return [h for h in (self._source, *self._targets.values()) if h is not None]
+
+    def release(self) -> None:
+        for key, conn in self._held():
+            _IDLE.give(key, conn)
+        self._source, self._targets = None, {}
+
+    def close(self) -> None:
+        for _, conn in self._held():
+            _close_quietly(conn)
+        self._source, self._targets = None, {}
+
+
+class _Idle:
+    """Idle connections of this process, by kind and options (thread-safe, bounded)."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self.idle: dict[Any, list[Any]] = {}
+        self.lock = threading.Lock()
+
+    def take(self, key: Any) -> Any:
+        with self.lock:
+            conns = self.idle.get(key)
+            return conns.pop() if conns else None
+
+    def give(self, key: Any, conn: Any) -> None:
+        with self.lock:
+            conns = self.idle.setdefault(key, [])
+            if len(conns) < self.size:
+                conns.append(conn)
+                return
+        _close_quietly(conn)
+
+
+_IDLE = _Idle()
+
+
+def _close_quietly(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # already closed, or the server went away
         conn.close()
+
+
+def run_chunk(task: ChunkTask, conns: ChunkConnections | None = None) -> Iterator[tuple[str, Any]]:
+    """Read, reconcile and emit one chunk (module docstring), with the connections of
+    ``conns`` (default: its own, closed at the end)."""
+    tlog = TaskLog(task.task_dir)
+    own = ChunkConnections() if conns is None else None
+    pool = own or conns
+    assert pool is not None
+    try:
+        yield from _run(task, tlog, pool.source(task.connection), pool)
+    except BaseException:
+        pool.close()
+        raise
+    else:
+        if own is not None:
+            own.release()
+    finally:
         tlog.close()
 
 
-def _run(task: ChunkTask, tlog: TaskLog, conn: Any) -> Iterator[tuple[str, Any]]:
+def _run(
+    task: ChunkTask, tlog: TaskLog, conn: Any, conns: ChunkConnections
+) -> Iterator[tuple[str, Any]]:
     import pymysql.cursors
 
     tdef = tlog.table_def(task.database, task.table)
@@ -197,7 +291,7 @@ def _run(task: ChunkTask, tlog: TaskLog, conn: Any) -> Iterator[tuple[str, Any]]
 
         line = line_sql(tdef)
         if line is not None:
-            yield from run_bulk_chunk(task, tlog, conn, tdef, line)
+            yield from run_bulk_chunk(task, tlog, conn, tdef, line, conns)
             return
     key_cols = tuple(c.name for c in task.key.columns)
     names = tdef.column_names

@@ -44,10 +44,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headwater.changes import ChangeRow
+from headwater.position import Position
 from headwater.sinks.base import ConnectionOptions
 from headwater.snapshot.keys import KeyOrder, decode_key
 from headwater.snapshot.planner import key_order, parse_tables, plan_state
-from headwater.snapshot.reader import ChunkTask, TaskLog, connect_source, run_chunk
+from headwater.snapshot.reader import (
+    ChunkConnections,
+    ChunkTask,
+    TaskLog,
+    connect_source,
+    run_chunk,
+)
 from headwater.snapshot.state import Progress, SnapshotState
 from headwater.snapshot.watermarks import kid
 from headwater.spark.schema import change_row_values, change_schema
@@ -58,6 +65,9 @@ if TYPE_CHECKING:
 __all__ = ["WAVE_BATCH_BASE", "SnapshotOptions", "SnapshotResult", "SnapshotRunner"]
 
 log = logging.getLogger(__name__)
+
+#: A position after every schema change: table definitions as they are now.
+_LATEST = Position(1 << 30, 1 << 30, 1 << 60, 0)
 
 #: Sink batch ids of snapshot waves: ``WAVE_BATCH_BASE + wave`` (apart from stream ids).
 WAVE_BATCH_BASE = 100_000_000_000
@@ -94,8 +104,30 @@ class SnapshotResult:
 
 
 def _chunk_partition(tasks: Iterable[ChunkTask]) -> Iterable[tuple[str, Any]]:
-    for task in tasks:
-        yield from run_chunk(task)
+    """One Spark task: its chunks one after the other, or, when they all take the bulk
+    path, at once in threads (a bulk chunk mostly waits for the two servers, and its
+    output is small)."""
+    todo = list(tasks)
+    if len(todo) > 1 and all(t.bulk for t in todo):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(todo), thread_name_prefix="hw-chunk") as pool:
+            results = list(pool.map(_collect_chunk, todo))
+        for result in results:
+            yield from result
+        return
+    conns = ChunkConnections()
+    try:
+        for task in todo:
+            yield from run_chunk(task, conns)
+    except BaseException:
+        conns.close()
+        raise
+    conns.release()
+
+
+def _collect_chunk(task: ChunkTask) -> list[tuple[str, Any]]:
+    return list(run_chunk(task))
 
 
 class SnapshotRunner:
@@ -204,6 +236,8 @@ class SnapshotRunner:
             tdef = tlog.table_def(db, table)
             if tdef is not None and line_sql(tdef) is not None:
                 self.bulk_tables.add(name)
+                for target in found:
+                    target.create_table(db, table, _LATEST)
         general = sorted(set(state.tables) - self.bulk_tables)
         if general:
             log.info("snapshot: general path for %s (column types without a bulk form)", general)
@@ -238,15 +272,18 @@ class SnapshotRunner:
         state.save(self.state_path)
         tasks = self._tasks(state, ids, orders)
         sc = self.spark.sparkContext
-        out = sc.parallelize(tasks, len(tasks)).mapPartitions(_chunk_partition)
         rows: Any
         if all(t.bulk for t in tasks):
             # Bulk chunks are in the targets already; only their window changes and
-            # metadata come back, few enough for the driver: one job, nothing cached.
+            # metadata come back, few enough for the driver: one job, nothing cached. A
+            # Spark task runs several chunks in turn (each Python task costs tens of ms).
+            slices = min(len(tasks), sc.defaultParallelism)
+            out = sc.parallelize(tasks, slices).mapPartitions(_chunk_partition)
             items = out.collect()
             metas = [v for k, v in items if k == "meta"]
             rows = [v for k, v in items if k == "row"]
         else:
+            out = sc.parallelize(tasks, len(tasks)).mapPartitions(_chunk_partition)
             out = out.persist(StorageLevel.MEMORY_AND_DISK)
             metas = out.filter(lambda kv: kv[0] == "meta").map(lambda kv: kv[1]).collect()
             rows = out.filter(lambda kv: kv[0] == "row").map(lambda kv: kv[1])

@@ -52,6 +52,7 @@ says. The target must allow ``local_infile`` (:meth:`BulkTarget.probe`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -229,9 +230,10 @@ class BulkTarget:
         finally:
             conn.close()
 
-    def create_table(self, conn: Any, database: str, table: str, position: Any) -> None:
-        """``CREATE ... IF NOT EXISTS`` of the target table, as the sink would create it
-        (only when the sink's ``create_tables`` is on)."""
+    def create_table(self, database: str, table: str, position: Any) -> None:
+        """``CREATE ... IF NOT EXISTS`` of the target table as the sink would create it,
+        with its definition at ``position`` (only when the sink's ``create_tables`` is
+        on). Run it before loading: it waits for loads in progress into the table."""
         if not self.config.create_tables:
             return
         db, tbl = self.renamed(database, table)
@@ -239,10 +241,14 @@ class BulkTarget:
         if tdef is None:
             raise SinkError(f"no table definition at {position}", table=f"{db}.{tbl}")
         target = map_database(self.config.database_map, db)
-        with conn.cursor() as cur:
-            for sql in _DIALECT.create_table_sql(target, tdef):
-                cur.execute(sql)
-        conn.commit()
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                for sql in _DIALECT.create_table_sql(target, tdef):
+                    cur.execute(sql)
+            conn.commit()
+        finally:
+            conn.close()
 
     def load(
         self,
@@ -251,51 +257,56 @@ class BulkTarget:
         table: str,
         tdef: TableDef,
         where: tuple[str, Sequence[Any]],
-        position: Any,
+        conn: Any = None,
     ) -> int:
         """Replace the rows of the key range ``where`` (SQL over the key columns with
         ``%s`` placeholders, and its parameters) of the target of ``database.table`` with
-        the rows in ``path`` (module docstring). Returns the rows loaded."""
+        the rows in ``path`` (module docstring). Returns the rows loaded. ``conn``: a
+        connection of :meth:`connect` to use first (retries open their own)."""
         attempt = 0
         while True:
             attempt += 1
+            given = conn is not None and attempt == 1
+            c = conn if given else self.connect()
             try:
-                return self._load(path, database, table, tdef, where, position)
+                return self._load(c, path, database, table, tdef, where)
             except Exception as exc:
                 policy = self.config.retry
                 if not _DIALECT.retryable(exc) or attempt >= policy.attempts:
                     raise
                 log.warning("bulk load of %s.%s: %s; retry %d", database, table, exc, attempt)
                 time.sleep(policy.delay(attempt, random.random()))
+            finally:
+                if not given:
+                    c.close()
 
     def _load(
         self,
+        conn: Any,
         path: str,
         database: str,
         table: str,
         tdef: TableDef,
         where: tuple[str, Sequence[Any]],
-        position: Any,
     ) -> int:
         target = _DIALECT.table_ref(*self.target_name(database, table))
-        conn = self.connect()
         try:
-            self.create_table(conn, database, table, position)
             with conn.cursor() as cur:
                 cur.execute(f"DELETE FROM {target} WHERE {where[0]}", list(where[1]))
                 loaded = cur.execute(load_sql(path, target, tdef))
                 warnings = conn.show_warnings() if cur.warning_count else ()
-                if warnings:
-                    conn.rollback()
-                    raise SinkError(
-                        f"LOAD DATA left {len(warnings)} warnings, the first: "
-                        f"{' '.join(str(w) for w in warnings[0])}",
-                        table=f"{database}.{table}",
-                    )
+            if warnings:
+                raise SinkError(
+                    f"LOAD DATA left {len(warnings)} warnings, the first: "
+                    f"{' '.join(str(w) for w in warnings[0])}",
+                    table=f"{database}.{table}",
+                )
             conn.commit()
             return int(loaded)
-        finally:
-            conn.close()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.rollback()  # a lost connection cannot; the server already did
+            raise
 
 
 def bulk_target(sink: Any, transforms: Sequence[Any]) -> BulkTarget | None:
