@@ -19,6 +19,10 @@ algorithm byte and the CRC), so that :meth:`FormatDescription.parse` can read it
 
 Nothing here decodes event bodies except FORMAT_DESCRIPTION, which says how to frame the
 rest (checksum algorithm, post-header lengths, server version).
+
+:class:`DumpSplitter` works on the packets of a dump (``headwater.binlog._packets`` frames
+them into events): it lets the reader's compiled fast path take whole transactions off
+the received bytes before the event framer sees the rest.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import mmap
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -47,6 +51,7 @@ from headwater.binlog.constants import (
 from headwater.errors import BinlogFormatError, ChecksumError, TruncatedError
 
 __all__ = [
+    "DumpSplitter",
     "FormatDescription",
     "RawEvent",
     "event_type_name",
@@ -317,3 +322,110 @@ def iter_file_events(
         # the last of them is released.
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     yield from iter_buffer_events(mm, source=name, start=start, verify=verify)
+
+
+class DumpSplitter:
+    """Sits between a dump's socket and its :class:`~headwater.binlog._packets.EventFramer`
+    and lets a compiled consumer take whole transactions off the stream first.
+
+    ``recv_into(view)`` is the framer's read function: it reads the socket into its own
+    buffer, and at a packet boundary where ``ready()`` is true (the event path is between
+    transactions) offers the received bytes to ``consume(buf, start, end, seq)``, which
+    returns ``(status, stop, seq)``: it took ``buf[start:stop]`` (``seq``, the packet
+    sequence number expected at ``stop``), and ``status`` says why it stopped (the
+    ``headwater._native`` codes: SLOW -- the packet at ``stop`` is for the framer; MORE --
+    the transaction at ``stop`` is not whole yet, offer it again with more bytes; LIMIT --
+    offer again now). Everything the consumer leaves is handed to the framer one packet per
+    call, so the framer never holds a packet the consumer could have taken, with its
+    sequence number shifted by the packets the consumer took (the framer checks the
+    numbers it sees, 1, 2, ... 255, 0, ...; a wrong number from the server stays wrong).
+    ``abandon()`` is called when a transaction left under way (MORE) is handed to the
+    framer instead: it would not fit in the buffer (half of it, ``buffer_size``).
+    ``before_read()`` runs before every socket read (the reader appends its batch).
+
+    Counters: ``bytes_read`` from the socket, ``bytes_consumed`` by the consumer.
+    """
+
+    def __init__(
+        self,
+        recv_into: Callable[[memoryview], int],
+        consume: Callable[[bytearray, int, int, int], tuple[int, int, int]],
+        *,
+        ready: Callable[[], bool],
+        abandon: Callable[[], None],
+        before_read: Callable[[], None] | None = None,
+        buffer_size: int = 16 * 1024 * 1024,
+        min_read: int = 256 * 1024,
+    ) -> None:
+        self._recv = recv_into
+        self._consume = consume
+        self._ready = ready
+        self._abandon = abandon
+        self._before_read = before_read
+        self._buf = bytearray(buffer_size)
+        self._view = memoryview(self._buf)
+        self._min_read = min_read
+        self._start = 0  # first byte not consumed nor handed over
+        self._end = 0  # end of the bytes read
+        self._seq = 1  # sequence number of the packet at _start, as the server sent it
+        self._given = 1  # sequence number the framer expects next
+        self._left = 0  # bytes of the packet being handed over still to hand over
+        self.enabled = True
+        self.bytes_read = 0
+        self.bytes_consumed = 0
+
+    def _fill(self) -> int:
+        """Read more bytes from the socket (moving the unconsumed ones to the front when
+        the free space is short); 0 when the peer closed the connection."""
+        start, end, size = self._start, self._end, len(self._buf)
+        if start == end:
+            self._start = self._end = start = end = 0
+        elif size - end < self._min_read and start:
+            self._buf[: end - start] = self._view[start:end]
+            self._start, self._end = 0, end - start
+            start, end = 0, end - start
+        if self._before_read is not None:
+            self._before_read()
+        got = self._recv(self._view[end:])
+        self._end += got
+        self.bytes_read += got
+        return got
+
+    def recv_into(self, view: memoryview) -> int:
+        buf = self._buf
+        while True:
+            if self._left:
+                avail = self._end - self._start
+                if not avail:
+                    if not self._fill():
+                        return 0
+                    continue
+                n = min(self._left, avail, len(view))
+                s = self._start
+                view[:n] = self._view[s : s + n]
+                self._start = s + n
+                self._left -= n
+                return n
+            if self.enabled and self._start < self._end and self._ready():
+                start = self._start
+                status, stop, seq = self._consume(buf, start, self._end, self._seq)
+                self.bytes_consumed += stop - start
+                self._start, self._seq = stop, seq
+                if status == 2:  # LIMIT
+                    continue
+                if status == 1:  # MORE
+                    if (self._end - stop) * 2 < len(buf):
+                        if not self._fill():
+                            return 0
+                        continue
+                    self._abandon()
+            if self._end - self._start < 4:
+                if not self._fill():
+                    return 0
+                continue
+            s = self._start
+            real = buf[s + 3]
+            buf[s + 3] = (real - self._seq + self._given) & 0xFF
+            self._seq = (self._seq + 1) & 0xFF
+            self._given = (self._given + 1) & 0xFF
+            self._left = 4 + (buf[s] | buf[s + 1] << 8 | buf[s + 2] << 16)

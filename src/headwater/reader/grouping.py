@@ -36,6 +36,17 @@ Record invariants (``headwater.changes`` describes the payload):
   reported (``Committed.stored`` False) so the resume position advances past it;
 * memory is bounded by ``chunk_bytes`` (plus one event) whatever the transaction's size:
   a chunk is appended as soon as it is full and dropped from here.
+
+Compiled fast path: :meth:`Grouper.native_scan` hands the dump's receive buffer, at a
+transaction boundary, to :class:`headwater._native.Scanner`, which builds the records of
+the common MariaDB transactions (GTID, TABLE_MAPs of registered shapes, rows events, XID)
+itself, byte for byte as this module would, and appends them with
+``ChangeLog.append_frames``; a run of them is reported as one :class:`Committed` (the
+last transaction's, ``transactions`` counting them). A TABLE_MAP shape is registered the
+first time this module sees it (kept, not watched, its row images countable); whatever
+the scanner does not take -- DDL, QUERY-framed transactions, new shapes, filtered tables,
+chunked transactions, transactions the resume checks may skip -- comes here event by
+event, as before.
 """
 
 from __future__ import annotations
@@ -46,6 +57,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from headwater._native import Scanner
+from headwater.binlog._columns import value_width
+from headwater.binlog.codec import row_decoder_for
 from headwater.binlog.constants import EventType
 from headwater.binlog.events import DecodeContext, GtidEvent, QueryEvent, parse_event
 from headwater.binlog.framing import FormatDescription, RawEvent
@@ -103,6 +117,12 @@ class RecordSink(Protocol):
     def append_many(self, records: Sequence[Record]) -> int: ...
 
 
+class FrameSink(RecordSink, Protocol):
+    """A sink that also takes the native scanner's frames (``ChangeLog``)."""
+
+    def append_frames(self, frames: bytearray, gtids: list[str]) -> int: ...
+
+
 @dataclass(slots=True)
 class Committed:
     """One transaction the grouper finished (stored or dropped by the filters)."""
@@ -121,6 +141,9 @@ class Committed:
     watched: list[tuple[bytes, bytes]] = field(default_factory=list)
     #: the transaction was skipped (``skip`` said it is already stored or before the start)
     skipped: bool = False
+    #: transactions this reports: more than 1 for a run of the native scanner, whose
+    #: fields are those of its last transaction (all stored, none DDL or watched)
+    transactions: int = 1
 
 
 def _table_names(body: memoryview, id_size: int) -> tuple[int, str, str]:
@@ -200,6 +223,10 @@ class Grouper:
         self.skipped = 0
         self.chunks = 0
         self._dropped_rows = self.filter.dropped_rows_types
+        #: the compiled fast path (None: the sink cannot take frames)
+        self.scanner: Scanner | None = Scanner() if hasattr(sink, "append_frames") else None
+        self._dropped_mask = bytes(t in self._dropped_rows for t in range(256))
+        self.native_transactions = 0
         self._reset()
 
     # -- state of the transaction under way ----------------------------------------------------
@@ -296,6 +323,9 @@ class Grouper:
                 self.fde = FormatDescription.parse(raw.data)
                 self.fde_raw = bytes(raw.data)
                 self.ctx.fde = self.fde
+                if self._id_size != self.fde.table_id_size and self.scanner is not None:
+                    self.scanner = Scanner(self.fde.table_id_size)  # shapes read anew
+                    self._map_info.clear()
                 self._id_size = self.fde.table_id_size
             return None
         self._begin(file, offset)
@@ -350,13 +380,107 @@ class Grouper:
         info = (table_id, name, kept, None if tm is None else _Counter(tm), watched)
         if len(self._map_info) > 10_000:
             self._map_info.clear()
+            if self.scanner is not None:
+                self.scanner.clear()
         self._map_info[shape] = info
+        if self.scanner is not None and tm is not None and not watched:
+            self._register(shape, name, tm)
         if kept and self.on_table_map is not None:
             # A new TABLE_MAP shape for the schema history's cross-check.
             version = self.on_table_map(b"\0" * 19 + shape, self._pos)
             if version is not None:
                 self.schema_version = version
         return info
+
+    def _register(self, shape: bytes, name: str, tm: TableMap) -> None:
+        """Let the scanner count this shape's rows: each column's value width (fixed, or
+        the bytes of its length), as the generated Python counter walks them."""
+        assert self.scanner is not None
+        try:
+            widths = [value_width(c) for c in row_decoder_for(tm).plan]
+        except BinlogFormatError:
+            return  # a column the counter does not frame: this shape stays with Python
+        if len(widths) != tm.column_count or not all(-4 <= w <= 127 for w in widths):
+            return
+        if self.scanner.in_transaction:
+            self.scanner.reset()
+        self.scanner.add_shape(shape, name.encode("utf-8"), bytes(w & 0xFF for w in widths))
+
+    def native_scan(
+        self,
+        buf: bytearray,
+        start: int,
+        end: int,
+        seq: int,
+        *,
+        file: str,
+        crc: bool,
+        verify: bool,
+        after: tuple[int, int] | None,
+        gtid_floor: tuple[int, int] | None,
+        max_out: int = 4 * 1024 * 1024,
+    ) -> tuple[int, int, int, Committed | None, int]:
+        """Run the compiled scanner over ``buf[start:end]`` (packets of the dump, ``start``
+        a transaction boundary, ``seq`` the packet sequence number there) and append what
+        it builds. Returns ``(status, stop, seq, committed, events)``: the scanner's status
+        (``headwater._native`` SLOW, MORE, LIMIT), where it stopped and the sequence number
+        there, the :class:`Committed` of the run (None if empty) and the events it held.
+
+        ``after``: (file number, offset) of the last transaction processed in this
+        change_id, ``gtid_floor``: (domain, seq_no) of the GTID position (seq_no -1: none
+        of the domain yet) or None (no GTIDs seen): transactions the scanner cannot tell
+        are new are left to the event path, which asks ``skip``.
+        """
+        scanner = self.scanner
+        fde = self.fde
+        if scanner is None or fde is None or not fde.is_mariadb or self._in_txn:
+            if scanner is not None:
+                scanner.reset()
+            return 0, start, seq, None, 0
+        num = self._file_nums.get(file)
+        if num is None:
+            num = self._file_nums[file] = binlog_file_number(file)
+        status, stop, seq, frames, gtids, events, last = scanner.scan(
+            buf,
+            start,
+            end,
+            seq,
+            crc=crc,
+            verify=verify,
+            change_id=self.change_id,
+            file_num=num,
+            schema_version=self.schema_version,
+            chunk_bytes=self.chunk_bytes,
+            after_file=-1 if after is None else after[0],
+            after_offset=-1 if after is None else after[1],
+            gtid_domain=-1 if gtid_floor is None else gtid_floor[0],
+            gtid_floor=-1 if gtid_floor is None else gtid_floor[1],
+            dropped=self._dropped_mask,
+            max_out=max_out,
+        )
+        if last is None:
+            return status, stop, seq, None, 0
+        if self.pending:
+            self.flush()  # records keep their order
+        sink: FrameSink = self.sink  # type: ignore[assignment]  # checked in __init__
+        last_seq = sink.append_frames(frames, gtids)
+        offset, log_pos, ts_s, domain, server_id, seq_no = last
+        n = len(gtids)
+        self.native_transactions += n
+        done = Committed(
+            Position(self.change_id, num, offset),
+            gtids[-1],
+            MariadbGtid(domain, server_id, seq_no),
+            ts_s * 1_000_000,
+            True,
+            last_seq,
+            n,
+            file,
+            log_pos,
+            False,
+            transactions=n,
+        )
+        return status, stop, seq, done, events
 
     def _parse_map(self, shape: bytes) -> TableMap | None:
         mariadb = self.fde is None or self.fde.is_mariadb
@@ -553,6 +677,8 @@ class Grouper:
         or never abort after a chunk -- the task reopens the store in that case.
         """
         self._reset()
+        if self.scanner is not None:
+            self.scanner.reset()
 
     @property
     def open_chunks(self) -> int:

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from headwater.binlog.client import BinlogClient, ClientOptions
-from headwater.binlog.constants import EventType
+from headwater.binlog.constants import CHECKSUM_ALG_CRC32, EventType
 from headwater.binlog.events import QueryEvent
-from headwater.binlog.framing import FormatDescription
+from headwater.binlog.framing import DumpSplitter, FormatDescription
 from headwater.config import HostConfig, SourceConfig
 from headwater.errors import (
     AuthenticationError,
@@ -125,6 +125,7 @@ class ReaderTask:
         self.started_at = time.time()
         self._last_save = 0.0
         self._fde_bytes = b""
+        self._last_domain = -1  # domain of the last MariaDB GTID processed
 
     # -- opening: store, state, reconciliation ---------------------------------------------
 
@@ -371,22 +372,82 @@ class ReaderTask:
         return processed
 
     def _flush_before_reads(self, client: BinlogClient, grouper: Grouper) -> None:
-        """Append the grouper's pending records before every socket read: records are
-        batched per read (one ``append_many``), and none waits while the stream is idle.
-        The hook wraps the framer's read function; without one, records are appended
-        one by one."""
+        """Wire the socket reads: the grouper's pending records are appended before every
+        socket read (records are batched per read, one ``append_many``, and none waits
+        while the stream is idle), and a :class:`DumpSplitter` lets the compiled scanner
+        take the common transactions off the received bytes (:meth:`_native_consume`)
+        before the framer sees the rest. Without the framer's read hook, records are
+        appended one by one."""
         framer = getattr(client, "_framer", None)
         read = getattr(framer, "_recv_into", None)
         if framer is None or read is None:
             grouper.batch = False
             return
-        flush = self._flush
+        if grouper.scanner is None:
+            flush = self._flush
 
-        def recv_into(view: memoryview) -> int:
-            flush()
-            return int(read(view))
+            def recv_into(view: memoryview) -> int:
+                flush()
+                return int(read(view))
 
-        framer._recv_into = recv_into
+            framer._recv_into = recv_into
+            return
+
+        def consume(buf: bytearray, start: int, end: int, seq: int) -> tuple[int, int, int]:
+            return self._native_consume(framer, buf, start, end, seq)
+
+        def abandon() -> None:
+            assert grouper.scanner is not None
+            grouper.scanner.reset()
+
+        splitter = DumpSplitter(
+            read,
+            consume,
+            ready=lambda: not grouper.in_transaction,
+            abandon=abandon,
+            before_read=self._flush,
+        )
+        framer._recv_into = splitter.recv_into
+
+    def _native_consume(
+        self, framer: Any, buf: bytearray, start: int, end: int, seq: int
+    ) -> tuple[int, int, int]:
+        """The splitter's consumer: the grouper's native scan with this task's resume
+        checks as bounds, its run reported like any committed transaction."""
+        grouper = self._grouper
+        gtid_floor: tuple[int, int] | None = None
+        gtids = self.gtid_set
+        if self._stop or self._ts_floor is not None or isinstance(gtids, MysqlGtidSet):
+            return 0, start, seq  # SLOW: the event path checks the start time
+        if isinstance(gtids, MariadbGtidPos) and gtids:
+            known = {g.domain_id: g.seq_no for g in gtids.gtids()}
+            domain = self._last_domain if self._last_domain in known else min(known)
+            gtid_floor = (domain, known[domain])
+        last = self.position
+        after = (
+            (last.file_num, last.offset)
+            if last is not None and last.change_id == grouper.change_id
+            else None
+        )
+        fde = framer.format_description
+        alg = framer.checksum_alg if fde is None else fde.checksum_alg
+        status, stop, seq, done, events = grouper.native_scan(
+            buf,
+            start,
+            end,
+            seq,
+            file=framer.file,
+            crc=alg == CHECKSUM_ALG_CRC32,
+            verify=framer.verify,
+            after=after,
+            gtid_floor=gtid_floor,
+        )
+        framer.bytes_received += stop - start
+        if done is not None:
+            framer.position = done.next_offset
+            self._committed(done)
+            self._tick(events)
+        return status, stop, seq
 
     def _flush(self) -> None:
         seq = self._grouper.flush()
@@ -433,8 +494,10 @@ class ReaderTask:
         if done.gtid_obj is not None:
             self._add_gtid(done.gtid_obj)
         self.ts_us = done.ts_us
+        if isinstance(done.gtid_obj, MariadbGtid):
+            self._last_domain = done.gtid_obj.domain_id
         if done.stored:
-            self.transactions_stored += 1
+            self.transactions_stored += done.transactions
             self.records_stored += done.records
             if done.last_seq:  # 0 when batched: the seq is known at the flush
                 self.seq = done.last_seq
