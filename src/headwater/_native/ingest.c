@@ -548,10 +548,11 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
     }
     for (;;) {
         /* one packet */
-        if ((size_t)end - p < 4 + 1 + HDR) { status = ST_MORE; break; }
+        if ((size_t)end - p < 4) { status = ST_MORE; break; }
         uint32_t length = rd24(buf + p);
         size_t stop = p + 4 + length;
         if (stop > (size_t)end) { status = ST_MORE; break; }
+        if (length < 1 + HDR) { status = ST_SLOW; break; } /* EOF, error, or malformed */
         const uint8_t *ev = buf + p + 5;
         uint32_t ts = rd32(ev);
         int tc = ev[4];
