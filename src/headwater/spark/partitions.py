@@ -37,7 +37,7 @@ from headwater.changes import ChangeRow, decode_record
 from headwater.position import Position
 from headwater.spark.logaccess import LocalLog, open_log
 from headwater.spark.offsets import LogOffset, SourceOptions
-from headwater.spark.schema import change_arrow_schema, change_row_values
+from headwater.spark.schema import CHANGE_COLUMNS, change_arrow_schema, image_json
 from headwater.store import Record
 
 if TYPE_CHECKING:
@@ -160,12 +160,44 @@ def plan_slices(
     return [LogSlice(options, i, bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
 
-def _batch(rows: list[tuple[Any, ...]], schema: pyarrow.Schema) -> pyarrow.RecordBatch:
-    import pyarrow as pa
+class _Columns:
+    """One Arrow record batch being built, column by column (no per-row tuple, and the
+    ``commit_ts`` column is built from ``ts_us`` integers, not datetimes)."""
 
-    columns = list(zip(*rows, strict=True))
-    arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    def __init__(self) -> None:
+        self.columns: list[list[Any]] = [[] for _ in CHANGE_COLUMNS]
+        self.rows = 0
+
+    def add(self, change: ChangeRow) -> None:
+        (source, database, table, op, ts_us, commit_ts, change_id, file_num, offset,
+         event_index, gtid, txn_id, sequence, key, before, after, schema_version,
+         sql) = self.columns  # fmt: skip
+        p = change.position
+        source.append(change.source)
+        database.append(change.database)
+        table.append(change.table)
+        op.append(change.op)
+        ts_us.append(change.ts_us)
+        commit_ts.append(change.ts_us)
+        change_id.append(p.change_id)
+        file_num.append(p.file_num)
+        offset.append(p.offset)
+        event_index.append(p.event_index)
+        gtid.append(change.gtid)
+        txn_id.append(change.txn_id)
+        sequence.append(change.sequence)
+        key.append(None if change.key is None else image_json(change.key))
+        before.append(None if change.before is None else image_json(change.before))
+        after.append(None if change.after is None else image_json(change.after))
+        schema_version.append(change.schema_version)
+        sql.append(change.sql)
+        self.rows += 1
+
+    def batch(self, schema: pyarrow.Schema) -> pyarrow.RecordBatch:
+        import pyarrow as pa
+
+        arrays = [pa.array(col, type=f.type) for col, f in zip(self.columns, schema, strict=True)]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
@@ -175,7 +207,7 @@ def read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
     schema = change_arrow_schema()
     log = open_log(options)
     try:
-        rows: list[tuple[Any, ...]] = []
+        rows = _Columns()
         end = hi_seq + 1 if hi_row > 0 else hi_seq
         for rec in log.records(lo_seq, end):
             if not options.tables.record_wanted(rec.tables):
@@ -184,11 +216,11 @@ def read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
             first = lo_row if rec.seq == lo_seq else 0
             stop = hi_row if rec.seq == hi_seq else None
             for i in _emitted(changes, options, first, stop):
-                rows.append(change_row_values(changes[i]))
-                if len(rows) >= BATCH_ROWS:
-                    yield _batch(rows, schema)
-                    rows = []
-        if rows:
-            yield _batch(rows, schema)
+                rows.add(changes[i])
+                if rows.rows >= BATCH_ROWS:
+                    yield rows.batch(schema)
+                    rows = _Columns()
+        if rows.rows:
+            yield rows.batch(schema)
     finally:
         log.close()
