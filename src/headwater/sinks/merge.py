@@ -27,11 +27,13 @@ delete             ``delete(key)``
 Applying the net effects of a batch to a state (in any order: they touch distinct keys)
 gives the state that applying every change in order gives (``tests/unit/sinks``).
 
-Routing: :func:`shard_of` hashes ``(database, table, key values)`` with the formula of the
-HTTP API's sharding (docs/formats.md, "Sharding"), on the JSON form of the values, so all
-events of one key land in one shard and keep their order there. An update of the key
-sends the delete of the old key to the old key's shard: the shard that applied the old
-key's earlier changes is the one that removes it.
+Routing: all events of one key must land in one shard and keep their order there, and an
+update of the key sends the delete of the old key to the old key's shard (the shard that
+applied the old key's earlier changes is the one that removes it). :func:`shard_of` hashes
+``(database, table, key values)`` with the formula of the HTTP API's sharding
+(docs/formats.md, "Sharding"; the Parquet mirror's buckets); the SQL sinks' Spark glue
+uses :func:`sink_shard` on the canonical key text instead (below), which needs no decoding
+of the values.
 
 Tables without a primary key (``key`` is null in their change rows) are refused with a
 :class:`~headwater.errors.SinkError`: without a key there is no net effect to compute and

@@ -35,6 +35,7 @@ from. Nothing of a failed transaction stays in the target.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import random
 import threading
@@ -773,6 +774,15 @@ class _Pool:
         for conn in conns:
             _close(conn)
 
+    def close_all(self) -> None:
+        """Close every idle connection (at interpreter exit: drivers warn about, and
+        servers log, connections that are only dropped)."""
+        with self.lock:
+            idle, self.idle = self.idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                _close(conn)
+
     def give(self, key: tuple[Any, ...], conn: Any) -> None:
         with self.lock:
             conns = self.idle.setdefault(key, [])
@@ -783,6 +793,7 @@ class _Pool:
 
 
 _POOL = _Pool()
+atexit.register(_POOL.close_all)
 
 
 def _merge(a: ApplyResult, b: ApplyResult) -> ApplyResult:
