@@ -815,6 +815,31 @@ static PyTypeObject ScannerType = {
     .tp_getset = Scanner_getset,
 };
 
+/* A canonical MariaDB GTID text "domain-server-seq" (as format_gtid writes it); 0 if not. */
+static int parse_gtid(const uint8_t *p, size_t n, uint32_t *domain, uint64_t *seq) {
+    uint64_t part[3] = {0, 0, 0};
+    int k = 0;
+    size_t digits = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = p[i];
+        if (c == '-') {
+            if (!digits || k == 2) return 0;
+            k++;
+            digits = 0;
+        } else if (c >= '0' && c <= '9' && digits < 19) {
+            if (digits == 1 && part[k] == 0) return 0; /* no leading zeros */
+            part[k] = part[k] * 10 + (uint64_t)(c - '0');
+            digits++;
+        } else {
+            return 0;
+        }
+    }
+    if (k != 2 || !digits || part[0] > 0xFFFFFFFFu) return 0;
+    *domain = (uint32_t)part[0];
+    *seq = part[2];
+    return 1;
+}
+
 /*
  * stamp(frames, start, seq0, off0, seg_limit, block_bytes, interval, open_first, max_ts) -> (n, end, ends, blocks, block_bytes, max_ts)
  *
@@ -822,7 +847,10 @@ static PyTypeObject ScannerType = {
  * computes their CRC32C, in place, stopping before a frame that would start at or beyond
  * ``seg_limit`` (absolute offset; the first frame is always taken) -- the store rolls the
  * segment there. Follows the store's sparse index on the way (log.py ``_encode``):
- * ``blocks`` lists (i, max_ts before frame i) for the frames that open an index block;
+ * ``blocks`` lists (i, max_ts before frame i, leaf) for the frames that open an index
+ * block, where ``leaf`` is (domain, lo, hi), the MariaDB GTID summary of the block that
+ * frame closes (store/index.py block_summary) when that block began in this call and its
+ * GTIDs are all canonical MariaDB ones of one domain, else None (Python summarizes it);
  * ``ends`` the absolute end offset of every frame stamped.
  */
 static PyObject *stamp(PyObject *Py_UNUSED(module), PyObject *args) {
@@ -839,6 +867,9 @@ static PyObject *stamp(PyObject *Py_UNUSED(module), PyObject *args) {
     size_t p = (size_t)start, n = (size_t)view.len;
     uint64_t off = off0, seq = seq0;
     Py_ssize_t count = 0;
+    int in_block = 0, leaf_ok = 0; /* a block opened in this call; its GTIDs summarize */
+    uint32_t leaf_domain = 0;
+    uint64_t leaf_lo = 0, leaf_hi = 0;
     while (p < n) {
         if (count && off >= seg_limit) break;
         if (n - p < FRAME_PREFIX + FIXED_SIZE || rd32(b + p) != FRAME_MAGIC) {
@@ -856,13 +887,35 @@ static PyObject *stamp(PyObject *Py_UNUSED(module), PyObject *args) {
         uint64_t ts = rd64(h + 32);
         size_t flen = FRAME_PREFIX + body_len;
         if (bb >= interval || (open_first && count == 0)) {
-            PyObject *item = Py_BuildValue("(nK)", count, max_ts);
+            PyObject *item;
+            if (in_block && leaf_ok)
+                item = Py_BuildValue("(nK(IKK))", count, max_ts, leaf_domain, leaf_lo, leaf_hi);
+            else
+                item = Py_BuildValue("(nKO)", count, max_ts, Py_None);
             if (item == NULL || PyList_Append(blocks, item) < 0) {
                 Py_XDECREF(item);
                 goto done;
             }
             Py_DECREF(item);
             bb = 0;
+            in_block = 1;
+            leaf_ok = 2; /* no GTID yet */
+        }
+        if (in_block && leaf_ok) {
+            uint32_t d;
+            uint64_t g;
+            if (!parse_gtid(h + FIXED_SIZE, h[49], &d, &g)) {
+                leaf_ok = 0;
+            } else if (leaf_ok == 2) {
+                leaf_ok = 1;
+                leaf_domain = d;
+                leaf_lo = leaf_hi = g;
+            } else if (d != leaf_domain) {
+                leaf_ok = 0;
+            } else {
+                if (g < leaf_lo) leaf_lo = g;
+                if (g > leaf_hi) leaf_hi = g;
+            }
         }
         bb += flen;
         if (ts > max_ts) max_ts = ts;

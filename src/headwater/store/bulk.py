@@ -147,8 +147,9 @@ class FrameAppend:
         base = off0 - start
         gput = builder.gtids.extend
         prev = 0
-        for i, max_before in blocks:
-            gput(gtids[done + prev : done + i])
+        for i, max_before, leaf in blocks:
+            if leaf is None:  # summarized from the strings (a block begun before, ...)
+                gput(gtids[done + prev : done + i])
             prev = i
             at = off0 if i == 0 else ends[i - 1]
             fixed = _unpack_fixed(frames, at - base + _PREFIX)
@@ -156,7 +157,7 @@ class FrameAppend:
             if not builder.view.seqs:
                 act.first_pos, act.first_ts = pt, fixed[5]
             builder.max_ts = max_before
-            builder.open_block(seq0 + i, at, pt, fixed[5])
+            builder.open_block(seq0 + i, at, pt, fixed[5], leaf)
         gput(gtids[done + prev : done + n])
         last = _unpack_fixed(frames, (off0 if n == 1 else ends[n - 2]) - base + _PREFIX)
         end = ends[-1]

@@ -353,11 +353,18 @@ class IndexBuilder:
             self.max_ts = ts
         self.gtids.append(gtid)
 
-    def open_block(self, seq: int, off: int, pos: PosTuple, ts: int) -> None:
-        """Close the current block (if any) and start one at this record."""
+    def open_block(
+        self, seq: int, off: int, pos: PosTuple, ts: int, leaf: tuple[int, int, int] | None = None
+    ) -> None:
+        """Close the current block (if any) and start one at this record. ``leaf``: the
+        closing block's GTIDs are all MariaDB ones of that (domain, lowest, highest)
+        sequence number, already summarized (store/bulk.py); ``gtids`` is then empty."""
         view = self.view
         if view.seqs:
-            self._close_block()
+            if leaf is None:
+                self._close_block()
+            else:
+                self._close_block_leaf(leaf)
         view.seqs.append(seq)
         view.offs.append(off)
         view.poss.append(pos)
@@ -375,6 +382,21 @@ class IndexBuilder:
             self.has_other = True
         view.leaves[i] = leaf
         raw = encode_entry(view.seqs[i], view.offs[i], view.poss[i], view.tss[i], view.mtb[i], leaf)
+        self.unwritten.append(raw)
+        self.all_entries.append(raw)
+
+    def _close_block_leaf(self, leaf: tuple[int, int, int]) -> None:
+        """``_close_block`` with the summary :func:`block_summary` would compute."""
+        view = self.view
+        i = len(view.seqs) - 1
+        domain, lo, hi = leaf
+        k = (KIND_MARIADB, struct.pack("<I", domain) + bytes(12))
+        cur = self.summary.get(k)
+        self.summary[k] = (lo, hi) if cur is None else (min(cur[0], lo), max(cur[1], hi))
+        view.leaves[i] = summary = {k: (lo, hi)}
+        raw = encode_entry(
+            view.seqs[i], view.offs[i], view.poss[i], view.tss[i], view.mtb[i], summary
+        )
         self.unwritten.append(raw)
         self.all_entries.append(raw)
 
