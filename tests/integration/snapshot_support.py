@@ -170,12 +170,20 @@ def capture(
 
 
 def pipeline_yaml(
-    path: Path, task_dir: Path, *, src: str, dst: str, target: MariadbSandbox
+    path: Path,
+    task_dir: Path,
+    *,
+    src: str,
+    dst: str,
+    target: MariadbSandbox,
+    transforms: str = "",
 ) -> Path:
+    """A pipeline renaming ``src`` to ``dst`` into ``target``; ``transforms``: YAML list
+    items after the rename (a value-editing one keeps snapshots on the general path)."""
     path.write_text(
         f"name: snap\nsource:\n  path: {task_dir}\n"
         f"checkpoint: {path.parent / 'ck'}\nprogress: 1\n"
-        f"transforms:\n  - rename_database: {{{src}: {dst}}}\n"
+        f"transforms:\n  - rename_database: {{{src}: {dst}}}\n{transforms}"
         f"sinks:\n  - type: mysql\n    host: {target.host}\n    port: {target.port}\n"
         "    user: root\n    create_tables: true\n    shards: 2\n    ddl: skip\n"
         "    checkpoint_database: hw_snap\n"

@@ -1,7 +1,8 @@
 """``headwater snapshot`` killed with SIGKILL midway and run again resumes at chunk
 granularity: the chunks done before the kill are not read again (same wave, same high
 watermark in the state file), every planned chunk is done exactly once, the plan is the
-same, and the target equals the source."""
+same, and the target equals the source. On both paths of a chunk: bulk (a rename-only
+pipeline into MariaDB) and general (a pipeline with a filter)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ def done_chunks(state_path: Path) -> dict[str, dict[str, object]]:
     return {} if state is None else dict(state.done)
 
 
+@pytest.mark.parametrize("path", ["bulk", "rows"], ids=["bulk", "general"])
 def test_killed_snapshot_resumes_without_duplicate_or_lost_chunks(
+    path: str,
     mariadb: MariadbSandbox,
     mariadb_target: MariadbSandbox,
     db: str,
@@ -54,7 +57,10 @@ def test_killed_snapshot_resumes_without_duplicate_or_lost_chunks(
     running, task_dir = small
     dst = f"{db}_copy"[:60]
     mariadb_target.execute(f"DROP DATABASE IF EXISTS `{dst}`", "DROP DATABASE IF EXISTS hw_snap")
-    config = pipeline_yaml(tmp_path / "p.yaml", task_dir, src=db, dst=dst, target=mariadb_target)
+    # A filter that keeps every row still edits rows in Spark: the general path.
+    extra = "" if path == "bulk" else '  - filter: "true"\n'
+    config = pipeline_yaml(tmp_path / "p.yaml", task_dir, src=db, dst=dst, target=mariadb_target,
+                           transforms=extra)  # fmt: skip
     state_path = tmp_path / "ck" / "snapshot.json"
     wait_caught_up(running.task, mariadb)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -82,6 +88,7 @@ def test_killed_snapshot_resumes_without_duplicate_or_lost_chunks(
     assert after is not None and after.snapshot_id == before.snapshot_id
     assert after.chunk_ids() == planned
     assert sorted(after.done) == sorted(planned), "every chunk done, none twice"
+    assert {d["path"] for d in after.done.values()} == {path}
     for chunk, entry in before.done.items():
         assert after.done[chunk] == entry, f"{chunk} was read again after the resume"
     assert min(d["wave"] for c, d in after.done.items() if c not in before.done) > before.wave
