@@ -16,7 +16,7 @@ is done. A wave:
    into a chunk not read yet becomes a delete of the old key. Changes of keys whose chunk
    is not read yet are dropped: that chunk's read will include their effect;
 5. writes chunk rows (op ``read``) plus catch-up through the pipeline's transforms to
-   every sink with ``write_batch(df, WAVE_BATCH_BASE + wave)``;
+   every sink with ``write_batch(df, batch_base + wave)`` (default ``WAVE_BATCH_BASE``);
 6. records the chunks as done and ``emitted_seq = S_w`` in the state file.
 
 Why this is exact with the SQL sinks, whose checkpoint is a max sequence per shard:
@@ -79,13 +79,15 @@ class SnapshotOptions:
     default parallelism); ``timeout_s``: the longest wait for the reader to store a
     chunk's window; ``keys``: ``db.table -> key columns`` for tables without a primary
     key (a unique key); ``bulk``: use the bulk path (:mod:`headwater.snapshot.bulk`)
-    where it applies, False keeps every chunk on the general path."""
+    where it applies, False keeps every chunk on the general path; ``batch_base``: the
+    sinks' batch id of wave *w* is ``batch_base + w`` (a re-snapshot takes its own)."""
 
     chunk_rows: int = 50_000
     wave_chunks: int = 0
     timeout_s: float = 60.0
     keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
     bulk: bool = True
+    batch_base: int = WAVE_BATCH_BASE
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +300,7 @@ class SnapshotRunner:
 
                     df = apply_transforms(df, self.transforms)
                 for sink in self.sinks:
-                    sink.write_batch(df, WAVE_BATCH_BASE + state.wave)
+                    sink.write_batch(df, self.options.batch_base + state.wave)
         finally:
             out.unpersist()
         for m in metas:
