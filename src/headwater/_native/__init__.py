@@ -31,6 +31,6 @@ is not -1) is returned to Python, which asks the task whether to skip it.
 ``ChangeLog.append_frames``).
 """
 
-from headwater._native._ingest import LIMIT, MORE, SLOW, Scanner, crc32c, stamp
+from headwater._native._ingest import LIMIT, MORE, SLOW, Scanner, crc32, crc32c, stamp
 
-__all__ = ["LIMIT", "MORE", "SLOW", "Scanner", "crc32c", "stamp"]
+__all__ = ["LIMIT", "MORE", "SLOW", "Scanner", "crc32", "crc32c", "stamp"]
