@@ -237,8 +237,12 @@ typedef struct {
     int in_txn;
     size_t resume;     /* bytes after the transaction's start already walked */
     int seq_resume;    /* packet sequence expected at the resume point */
-    uint8_t *scratch;  /* the payload so far */
-    size_t scratch_len, scratch_cap;
+    /* the events so far: where each starts (bytes after the transaction's first packet)
+     * and its length; copied once, into the frame, at the XID */
+    uint64_t *ev_off;
+    uint32_t *ev_len;
+    size_t ev_cap;
+    size_t scratch_len; /* payload bytes so far (u32 length + event, each) */
     size_t n_events;
     MapEntry maps[MAX_TABLES];
     int nmaps;
@@ -295,23 +299,27 @@ static void reset_txn(Scanner *self) {
     self->content = 0;
 }
 
-static int scratch_add(Scanner *self, const uint8_t *data, size_t n) {
-    size_t need = self->scratch_len + 4 + n;
-    if (need > self->scratch_cap) {
-        size_t cap = self->scratch_cap ? self->scratch_cap : 65536;
-        while (cap < need) cap *= 2;
-        uint8_t *p = PyMem_Realloc(self->scratch, cap);
-        if (p == NULL) {
+static int scratch_add(Scanner *self, size_t rel_off, size_t n) {
+    if (self->n_events == self->ev_cap) {
+        size_t cap = self->ev_cap ? self->ev_cap * 2 : 1024;
+        uint64_t *o = PyMem_Realloc(self->ev_off, cap * sizeof(uint64_t));
+        if (o == NULL) {
             PyErr_NoMemory();
             return -1;
         }
-        self->scratch = p;
-        self->scratch_cap = cap;
+        self->ev_off = o;
+        uint32_t *l = PyMem_Realloc(self->ev_len, cap * sizeof(uint32_t));
+        if (l == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->ev_len = l;
+        self->ev_cap = cap;
     }
-    wr32(self->scratch + self->scratch_len, (uint32_t)n);
-    memcpy(self->scratch + self->scratch_len + 4, data, n);
-    self->scratch_len = need;
+    self->ev_off[self->n_events] = rel_off;
+    self->ev_len[self->n_events] = (uint32_t)n;
     self->n_events++;
+    self->scratch_len += 4 + n;
     return 0;
 }
 
@@ -450,7 +458,8 @@ static uint8_t *out_reserve(Out *o, size_t n) {
 static void Scanner_dealloc(Scanner *self) {
     clear_shapes(self);
     PyMem_Free(self->slots);
-    PyMem_Free(self->scratch);
+    PyMem_Free(self->ev_off);
+    PyMem_Free(self->ev_len);
     PyMem_Free(self->cols1);
     PyMem_Free(self->cols2);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -564,7 +573,7 @@ static PyObject *Scanner_reset(Scanner *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 /* Append the frame of the finished transaction to the output. */
-static int emit_frame(Scanner *self, Out *o, uint64_t change_id, uint32_t file_num,
+static int emit_frame(Scanner *self, Out *o, const uint8_t *txn, uint64_t change_id, uint32_t file_num,
                       uint64_t ts_us, uint64_t schema_version, char *gtid, size_t glen) {
     size_t tlen = 0;
     for (int i = 0; i < self->ntables; i++) tlen += 2 + self->tables[i].shape->name_len + 8;
@@ -599,7 +608,12 @@ static int emit_frame(Scanner *self, Out *o, uint64_t change_id, uint32_t file_n
         wr64(q + 2 + s->name_len, self->tables[i].rows);
         q += 2 + s->name_len + 8;
     }
-    memcpy(q, self->scratch, self->scratch_len);
+    for (size_t i = 0; i < self->n_events; i++) {
+        uint32_t n = self->ev_len[i];
+        wr32(q, n);
+        memcpy(q + 4, txn + self->ev_off[i], n);
+        q += 4 + n;
+    }
     o->len += FRAME_PREFIX + body_len;
     return 0;
 }
@@ -713,7 +727,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
             self->g_server = server_id;
             self->g_offset = offset;
             self->g_ts = ts;
-            if (scratch_add(self, ev, n) < 0) goto fail;
+            if (scratch_add(self, (size_t)(ev - buf) - txn_start, n) < 0) goto fail;
         } else if (tc == T_TABLE_MAP) {
             Shape *s = find_shape(self, body, blen);
             if (s == NULL || self->nmaps >= MAX_TABLES) { status = ST_SLOW; break; }
@@ -740,7 +754,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
                 self->tables[self->ntables].rows = 0;
                 self->ntables++;
             }
-            if (scratch_add(self, ev, n) < 0) goto fail;
+            if (scratch_add(self, (size_t)(ev - buf) - txn_start, n) < 0) goto fail;
         } else if ((tc >= T_WRITE_V1 && tc <= T_DELETE_V1) || (tc >= T_WRITE_V2 && tc <= T_DELETE_V2)) {
             if (drop[tc] || blen < (size_t)self->id_size) { status = ST_SLOW; break; }
             uint64_t tid = 0;
@@ -765,19 +779,19 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
             if (t < 0) { status = ST_SLOW; break; }
             self->tables[t].rows += (uint64_t)rows;
             self->content = 1;
-            if (scratch_add(self, ev, n) < 0) goto fail;
+            if (scratch_add(self, (size_t)(ev - buf) - txn_start, n) < 0) goto fail;
             /* the Python grouper starts a chunk here: leave the transaction to it */
             if (self->scratch_len >= (size_t)chunk_bytes) { status = ST_SLOW; break; }
         } else if (tc == T_ANNOTATE) {
-            if (scratch_add(self, ev, n) < 0) goto fail;
+            if (scratch_add(self, (size_t)(ev - buf) - txn_start, n) < 0) goto fail;
         } else if (tc == T_XID) {
             if (!self->content) { status = ST_SLOW; break; }
-            if (scratch_add(self, ev, n) < 0) goto fail;
+            if (scratch_add(self, (size_t)(ev - buf) - txn_start, n) < 0) goto fail;
             char gtid[64];
             int glen = format_gtid(gtid, self->g_domain, self->g_server, self->g_seq);
             uint64_t commit_us = (uint64_t)ts * 1000000u;
             uint64_t rec_ts = commit_us ? commit_us : (uint64_t)self->g_ts * 1000000u;
-            int r = emit_frame(self, &o, change_id, file_num, rec_ts, schema_version, gtid,
+            int r = emit_frame(self, &o, buf + txn_start, change_id, file_num, rec_ts, schema_version, gtid,
                                (size_t)glen);
             if (r == -2) goto fail;
             if (r < 0) { status = ST_SLOW; break; }
