@@ -3,7 +3,9 @@ stream from the record after it, leaves the target equal to the source.
 
 Four key shapes (dense integer, composite int+string, string in a case-insensitive
 collation, skewed BIGINT), chunks of 250 rows in waves of 6 chunks, so that many chunks
-read under concurrent changes and many windows and catch-ups are non-empty.
+read under concurrent changes and many windows and catch-ups are non-empty. Run through
+both paths of a chunk: the bulk path (LOAD DATA into the MariaDB target, window changes
+through the sink) and the general one (every row a change row through the sink).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from headwater.sandbox import MariadbSandbox
@@ -32,7 +35,9 @@ from tests.integration.test_reader_capture import Running, wait_caught_up
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "general"])
 def test_snapshot_under_concurrent_changes_then_stream_equals_source(
+    bulk: bool,
     spark: SparkSession,
     mariadb: MariadbSandbox,
     mariadb_target: MariadbSandbox,
@@ -53,13 +58,14 @@ def test_snapshot_under_concurrent_changes_then_stream_equals_source(
             config,
             connection=ConnectionOptions(mariadb.host, mariadb.port, "root"),
             tables=tables,
-            options=SnapshotOptions(chunk_rows=250, wave_chunks=6, timeout_s=30),
+            options=SnapshotOptions(chunk_rows=250, wave_chunks=6, timeout_s=30, bulk=bulk),
         )
     assert churn.statements > 200, "the workload must overlap the snapshot"
     state = SnapshotState.load(str(config.checkpoint / "snapshot.json"))
     assert state is not None and not state.pending()
     methods = {name.split(".")[1]: t["method"] for name, t in state.tables.items()}
     assert methods == {"ints": "even", "comp": "seek", "strs": "seek", "skew": "seek"}
+    assert {d["path"] for d in state.done.values()} == {"bulk" if bulk else "rows"}
     windows = sum(d["window_changes"] for d in state.done.values())
     assert windows > 0, "some chunk must have reconciled changes from its window"
     assert result.progress["chunks_done"] == result.progress["chunks_total"] == len(state.done)

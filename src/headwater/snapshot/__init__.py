@@ -5,9 +5,12 @@ read by a Spark task between a low and a high watermark and reconciled with the 
 log's window (:mod:`~headwater.snapshot.watermarks`, :mod:`~headwater.snapshot.reader`);
 waves of chunks go through the pipeline's transforms to its sinks with sequences that
 interleave with the stream (:mod:`~headwater.snapshot.spark`); a JSON state file makes a
-snapshot resumable at chunk granularity (:mod:`~headwater.snapshot.state`). Modes and
-entry points: :mod:`~headwater.snapshot.run`; signal-table triggers:
-:mod:`~headwater.snapshot.signals`. User documentation: docs/configuration.md, "Snapshots".
+snapshot resumable at chunk granularity (:mod:`~headwater.snapshot.state`). Into
+MySQL/MariaDB sinks behind rename-only transforms, chunks take the bulk path
+(:mod:`~headwater.snapshot.bulk`: the servers format and load the rows, only the window's
+changes become change rows). Modes and entry points: :mod:`~headwater.snapshot.run`;
+signal-table triggers: :mod:`~headwater.snapshot.signals`. User documentation:
+docs/configuration.md, "Snapshots"; docs/operations.md, "Snapshots".
 """
 
 from headwater.snapshot.run import SnapshotMode, plan_snapshot, run_snapshot, stream_config

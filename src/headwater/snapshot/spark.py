@@ -6,7 +6,11 @@ is done. A wave:
 1. takes the next ``wave_chunks`` pending chunks and a new wave number (saved first);
 2. maps them on the executors, one Spark task per chunk (:func:`~headwater.snapshot.
    reader.run_chunk`: own connection, SELECT between watermarks, reconciliation with the
-   change log read from the task directory), persisting the result;
+   change log read from the task directory), persisting the result. Bulk chunks
+   (:mod:`headwater.snapshot.bulk`, chosen per table by
+   :meth:`SnapshotRunner._choose_paths`) are loaded into the targets by the task itself
+   and return only their window's changes: a wave of them is one job of
+   ``defaultParallelism`` Spark tasks, each running its chunks in threads;
 3. collects the chunks' metadata; ``S_w`` is the largest ``last_seq`` (record before
    high) of the wave;
 4. builds the wave's *catch-up*: the change log's row changes of the snapshot's tables in
@@ -15,8 +19,10 @@ is done. A wave:
    ``last_seq`` is below the change's record. An update moving a key from such a chunk
    into a chunk not read yet becomes a delete of the old key. Changes of keys whose chunk
    is not read yet are dropped: that chunk's read will include their effect;
-5. writes chunk rows (op ``read``) plus catch-up through the pipeline's transforms to
-   every sink with ``write_batch(df, batch_base + wave)`` (default ``WAVE_BATCH_BASE``);
+5. writes chunk rows (op ``read``; for bulk chunks, their window's changes instead)
+   plus catch-up through the pipeline's transforms to every sink with
+   ``write_batch(df, batch_base + wave)`` (default ``WAVE_BATCH_BASE``; no batch when
+   there is nothing to write);
 6. records the chunks as done and ``emitted_seq = S_w`` in the state file.
 
 Why this is exact with the SQL sinks, whose checkpoint is a max sequence per shard:

@@ -43,7 +43,11 @@ form: :func:`line_sql` returns None and callers use the general path.
 
 so a load replaces exactly the range: replaying it (a retried task, a resumed snapshot)
 leaves the range as the newest load read it, including rows deleted at the source
-between two attempts. ``LOAD DATA LOCAL`` turns data errors into warnings: a load that
+between two attempts. The range is compared in the source's key order (placeholders of
+:meth:`~headwater.snapshot.keys.KeyColumn.literal`, in the source collation). Sessions
+run in READ COMMITTED, so loads of neighbouring ranges of one table take no gap locks
+and run at once; retryable errors (deadlock, lost connection) redo the transaction per
+the sink's retry policy. ``LOAD DATA LOCAL`` turns data errors into warnings: a load that
 leaves any warning is rolled back and raised as :class:`~headwater.errors.SinkError`.
 The session runs in UTC, keeps zero dates (the bulk path requires ``zero_dates: keep``)
 and clears ``NO_BACKSLASH_ESCAPES`` so the statement's escape character means what it
