@@ -16,7 +16,9 @@ last)``:
   transactions) is for the Python path; :data:`MORE` -- the buffer ends inside the
   transaction at ``stop`` (the scanner keeps what it read of it: call again with the same
   ``stop`` once more bytes are in, or ``reset()`` and hand it to Python); :data:`LIMIT` --
-  ``max_out`` bytes of frames are out, call again;
+  ``max_out`` bytes of frames are out, call again; :data:`SHAPE` -- the transaction at
+  ``stop`` goes on (``resume`` bytes after its first packet) with a TABLE_MAP whose shape
+  is not registered: register it (or ``reset()``) and call again;
 * ``stop``, ``seq``: the first byte not consumed and the packet sequence number expected
   there (always a transaction's first packet or a packet between transactions);
 * ``frames`` (bytearray), ``gtids``: the records, ``events`` how many events they hold;
@@ -31,6 +33,6 @@ is not -1) is returned to Python, which asks the task whether to skip it.
 ``ChangeLog.append_frames``).
 """
 
-from headwater._native._ingest import LIMIT, MORE, SLOW, Scanner, crc32, crc32c, stamp
+from headwater._native._ingest import LIMIT, MORE, SHAPE, SLOW, Scanner, crc32, crc32c, stamp
 
-__all__ = ["LIMIT", "MORE", "SLOW", "Scanner", "crc32", "crc32c", "stamp"]
+__all__ = ["LIMIT", "MORE", "SHAPE", "SLOW", "Scanner", "crc32", "crc32c", "stamp"]

@@ -3,12 +3,15 @@ from typing_extensions import Buffer
 SLOW: int
 MORE: int
 LIMIT: int
+SHAPE: int
 
 _Last = tuple[int, int, int, int, int, int]
 
 class Scanner:
     in_transaction: bool
     shapes: int
+    resume: int
+    txn_offset: int
     def __init__(self, id_size: int = 6) -> None: ...
     def add_shape(self, body: Buffer, name: Buffer, widths: Buffer) -> None: ...
     def clear(self) -> None: ...

@@ -203,7 +203,7 @@ enum {
 #define FIXED_SIZE 62
 #define MAX_TABLES 64
 
-enum { ST_SLOW = 0, ST_MORE = 1, ST_LIMIT = 2 };
+enum { ST_SLOW = 0, ST_MORE = 1, ST_LIMIT = 2, ST_SHAPE = 3 };
 
 /* ---- table shapes ---------------------------------------------------------------------- */
 
@@ -521,10 +521,6 @@ static PyObject *Scanner_add_shape(Scanner *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "table name longer than 65535 bytes");
         goto done;
     }
-    if (self->in_txn) {
-        PyErr_SetString(PyExc_RuntimeError, "add_shape inside a transaction under way");
-        goto done;
-    }
     if (find_shape(self, body.buf, (size_t)body.len) != NULL) {
         result = Py_NewRef(Py_None);
         goto done;
@@ -730,7 +726,8 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
             if (scratch_add(self, (size_t)(ev - buf) - txn_start, n) < 0) goto fail;
         } else if (tc == T_TABLE_MAP) {
             Shape *s = find_shape(self, body, blen);
-            if (s == NULL || self->nmaps >= MAX_TABLES) { status = ST_SLOW; break; }
+            if (s == NULL) { status = ST_SHAPE; break; } /* Python parses it, then resumes */
+            if (self->nmaps >= MAX_TABLES) { status = ST_SLOW; break; }
             uint64_t tid = 0;
             for (int i = 0; i < self->id_size; i++) tid |= (uint64_t)body[i] << (8 * i);
             int found = 0;
@@ -809,6 +806,12 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
             last_domain = self->g_domain;
             last_server = self->g_server;
             last_seqno = self->g_seq;
+            /* what the task's skip check knows after this one (MariadbGtidPos.add: the
+             * domain's last GTID; the resume position) */
+            gtid_domain = self->g_domain;
+            gtid_floor = (long long)self->g_seq;
+            after_file = file_num;
+            after_offset = (long long)self->g_offset;
             reset_txn(self);
             pseq = (pseq + 1) & 0xFF;
             p = stop;
@@ -865,6 +868,14 @@ static PyObject *Scanner_in_txn(Scanner *self, void *Py_UNUSED(closure)) {
     return PyBool_FromLong(self->in_txn);
 }
 
+static PyObject *Scanner_resume(Scanner *self, void *Py_UNUSED(closure)) {
+    return PyLong_FromSize_t(self->in_txn ? self->resume : 0);
+}
+
+static PyObject *Scanner_txn_offset(Scanner *self, void *Py_UNUSED(closure)) {
+    return PyLong_FromUnsignedLongLong(self->g_offset);
+}
+
 static PyObject *Scanner_shapes(Scanner *self, void *Py_UNUSED(closure)) {
     return PyLong_FromSize_t(self->nshapes);
 }
@@ -872,6 +883,10 @@ static PyObject *Scanner_shapes(Scanner *self, void *Py_UNUSED(closure)) {
 static PyGetSetDef Scanner_getset[] = {
     {"in_transaction", (getter)Scanner_in_txn, NULL, "a ST_MORE left a transaction under way", NULL},
     {"shapes", (getter)Scanner_shapes, NULL, "registered TABLE_MAP shapes", NULL},
+    {"resume", (getter)Scanner_resume, NULL,
+     "where the transaction under way goes on (bytes after its first packet)", NULL},
+    {"txn_offset", (getter)Scanner_txn_offset, NULL,
+     "binlog offset of the transaction under way (or the last one)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1055,7 +1070,8 @@ PyMODINIT_FUNC PyInit__ingest(void) {
     if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
         PyModule_AddIntConstant(m, "SLOW", ST_SLOW) < 0 ||
         PyModule_AddIntConstant(m, "MORE", ST_MORE) < 0 ||
-        PyModule_AddIntConstant(m, "LIMIT", ST_LIMIT) < 0) {
+        PyModule_AddIntConstant(m, "LIMIT", ST_LIMIT) < 0 ||
+        PyModule_AddIntConstant(m, "SHAPE", ST_SHAPE) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -57,7 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from headwater._native import Scanner
+from headwater._native import SHAPE, SLOW, Scanner
 from headwater.binlog._columns import value_width
 from headwater.binlog.codec import row_decoder_for
 from headwater.binlog.constants import EventType
@@ -227,6 +227,7 @@ class Grouper:
         self.scanner: Scanner | None = Scanner() if hasattr(sink, "append_frames") else None
         self._dropped_mask = bytes(t in self._dropped_rows for t in range(256))
         self.native_transactions = 0
+        self._registered: set[bytes] = set()  # shapes the scanner knows
         self._reset()
 
     # -- state of the transaction under way ----------------------------------------------------
@@ -326,6 +327,7 @@ class Grouper:
                 if self._id_size != self.fde.table_id_size and self.scanner is not None:
                     self.scanner = Scanner(self.fde.table_id_size)  # shapes read anew
                     self._map_info.clear()
+                    self._registered.clear()
                 self._id_size = self.fde.table_id_size
             return None
         self._begin(file, offset)
@@ -382,6 +384,7 @@ class Grouper:
             self._map_info.clear()
             if self.scanner is not None:
                 self.scanner.clear()
+                self._registered.clear()
         self._map_info[shape] = info
         if self.scanner is not None and tm is not None and not watched:
             self._register(shape, name, tm)
@@ -402,9 +405,8 @@ class Grouper:
             return  # a column the counter does not frame: this shape stays with Python
         if len(widths) != tm.column_count or not all(-4 <= w <= 127 for w in widths):
             return
-        if self.scanner.in_transaction:
-            self.scanner.reset()
         self.scanner.add_shape(shape, name.encode("utf-8"), bytes(w & 0xFF for w in widths))
+        self._registered.add(shape)
 
     def native_scan(
         self,
@@ -436,40 +438,56 @@ class Grouper:
         if scanner is None or fde is None or not fde.is_mariadb or self._in_txn:
             if scanner is not None:
                 scanner.reset()
-            return 0, start, seq, None, 0
+            return SLOW, start, seq, None, 0
         num = self._file_nums.get(file)
         if num is None:
             num = self._file_nums[file] = binlog_file_number(file)
-        status, stop, seq, frames, gtids, events, last = scanner.scan(
-            buf,
-            start,
-            end,
-            seq,
-            crc=crc,
-            verify=verify,
-            change_id=self.change_id,
-            file_num=num,
-            schema_version=self.schema_version,
-            chunk_bytes=self.chunk_bytes,
-            after_file=-1 if after is None else after[0],
-            after_offset=-1 if after is None else after[1],
-            gtid_domain=-1 if gtid_floor is None else gtid_floor[0],
-            gtid_floor=-1 if gtid_floor is None else gtid_floor[1],
-            dropped=self._dropped_mask,
-            max_out=max_out,
-        )
+        n = events = 0
+        last_seq = 0
+        last: tuple[int, int, int, int, int, int] | None = None
+        gtid = ""
+        while True:
+            status, start, seq, frames, gtids, got, run = scanner.scan(
+                buf,
+                start,
+                end,
+                seq,
+                crc=crc,
+                verify=verify,
+                change_id=self.change_id,
+                file_num=num,
+                schema_version=self.schema_version,
+                chunk_bytes=self.chunk_bytes,
+                after_file=-1 if after is None else after[0],
+                after_offset=-1 if after is None else after[1],
+                gtid_domain=-1 if gtid_floor is None else gtid_floor[0],
+                gtid_floor=-1 if gtid_floor is None else gtid_floor[1],
+                dropped=self._dropped_mask,
+                max_out=max_out,
+            )
+            if run is not None:
+                if self.pending:
+                    self.flush()  # records keep their order
+                sink: FrameSink = self.sink  # type: ignore[assignment]  # checked in __init__
+                last_seq = sink.append_frames(frames, gtids)
+                n += len(gtids)
+                events += got
+                last, gtid = run, gtids[-1]
+                gtid_floor = (run[3], run[5])  # as the scan itself goes on (ingest.c)
+                after = (num, run[0])
+            if status != SHAPE:
+                break
+            if not self._learn_shape(buf, start, num):
+                scanner.reset()
+                status = SLOW
+                break
         if last is None:
-            return status, stop, seq, None, 0
-        if self.pending:
-            self.flush()  # records keep their order
-        sink: FrameSink = self.sink  # type: ignore[assignment]  # checked in __init__
-        last_seq = sink.append_frames(frames, gtids)
+            return status, start, seq, None, 0
         offset, log_pos, ts_s, domain, server_id, seq_no = last
-        n = len(gtids)
         self.native_transactions += n
         done = Committed(
             Position(self.change_id, num, offset),
-            gtids[-1],
+            gtid,
             MariadbGtid(domain, server_id, seq_no),
             ts_s * 1_000_000,
             True,
@@ -480,7 +498,21 @@ class Grouper:
             False,
             transactions=n,
         )
-        return status, stop, seq, done, events
+        return status, start, seq, done, events
+
+    def _learn_shape(self, buf: bytearray, start: int, file_num: int) -> bool:
+        """The scanner stopped at a TABLE_MAP it does not know (``start`` + its ``resume``):
+        look at it as :meth:`_table_map` would; whether the scanner can go on with it."""
+        assert self.scanner is not None
+        p = start + self.scanner.resume
+        length = buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16
+        size = length - 1 - (self.fde.checksum_size if self.fde is not None else 0)
+        shape = bytes(buf[p + 5 + 19 : p + 5 + size])
+        info = self._map_info.get(shape)
+        if info is None:
+            self._pos = Position(self.change_id, file_num, self.scanner.txn_offset)
+            info = self._new_shape(shape)
+        return self.scanner.in_transaction and shape in self._registered
 
     def _parse_map(self, shape: bytes) -> TableMap | None:
         mariadb = self.fde is None or self.fde.is_mariadb
