@@ -35,10 +35,11 @@ class Scanner:
         gtid_floor: int,
         dropped: Buffer,
         max_out: int,
-    ) -> tuple[int, int, int, bytearray, list[str], int, _Last | None]: ...
+        out: bytearray,
+    ) -> tuple[int, int, int, int, list[str], int, _Last | None]: ...
 
 def stamp(
-    frames: bytearray,
+    frames: Buffer,
     start: int,
     seq0: int,
     off0: int,

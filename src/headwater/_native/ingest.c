@@ -448,6 +448,7 @@ static uint8_t *out_reserve(Out *o, size_t n) {
     if (o->len + n > cap) {
         size_t want = cap * 2;
         if (want < o->len + n) want = o->len + n;
+        if (want < 65536) want = 65536;
         if (PyByteArray_Resize(o->ba, (Py_ssize_t)want) < 0) return NULL;
     }
     return (uint8_t *)PyByteArray_AS_STRING(o->ba) + o->len;
@@ -620,8 +621,9 @@ static int emit_frame(Scanner *self, Out *o, const uint8_t *txn, uint64_t change
  *
  * buf[start:end] holds received packets; ``start`` is a transaction boundary (or the
  * start of the transaction a previous ST_MORE left under way, with the same start).
- * Returns (status, stop, seq, frames, gtids, n_events, last) where frames is a bytearray
- * of record frames (seq and CRC 0), gtids their GTID strings, ``stop`` the offset of the
+ * Frames are written to ``out`` (a bytearray, grown as needed, never shrunk: the caller
+ * reuses it once nothing points into it). Returns (status, stop, seq, n, gtids, n_events,
+ * last) where out[:n] holds the record frames (seq and CRC 0), gtids their GTID strings, ``stop`` the offset of the
  * first packet not consumed (a transaction's GTID packet when it is left to Python or is
  * incomplete), ``seq`` the packet sequence number expected there, and ``last`` is None
  * or (offset, log_pos, ts_s, domain, server_id, seq_no) of the last transaction.
@@ -630,20 +632,21 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"buf", "start", "end", "seq", "crc", "verify", "change_id",
                              "file_num", "schema_version", "chunk_bytes", "after_file",
                              "after_offset", "gtid_domain", "gtid_floor", "dropped",
-                             "max_out", NULL};
+                             "max_out", "out", NULL};
     Py_buffer view, dropped;
+    Out o = {NULL, 0};
     Py_ssize_t start, end, chunk_bytes, max_out;
     int seq, crc_on, verify;
     unsigned long long change_id, schema_version;
     unsigned int file_num;
     long long after_file, after_offset, gtid_domain, gtid_floor;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nni$ppKIKnLLLLy*n", kwlist, &view, &start,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nni$ppKIKnLLLLy*nO!", kwlist, &view, &start,
                                      &end, &seq, &crc_on, &verify, &change_id, &file_num,
                                      &schema_version, &chunk_bytes, &after_file, &after_offset,
-                                     &gtid_domain, &gtid_floor, &dropped, &max_out))
+                                     &gtid_domain, &gtid_floor, &dropped, &max_out,
+                                     &PyByteArray_Type, &o.ba))
         return NULL;
     PyObject *result = NULL, *gtids = NULL, *last = NULL;
-    Out o = {NULL, 0};
     if (start < 0 || end > view.len || start > end || dropped.len != 256) {
         PyErr_SetString(PyExc_ValueError, "scan: bad bounds or dropped mask");
         goto fail;
@@ -651,9 +654,8 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
     const uint8_t *buf = view.buf;
     const uint8_t *drop = dropped.buf;
     size_t csize = crc_on ? 4 : 0;
-    o.ba = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)((size_t)(end - start) + 4096));
     gtids = PyList_New(0);
-    if (o.ba == NULL || gtids == NULL) goto fail;
+    if (gtids == NULL) goto fail;
 
     size_t txn_start = (size_t)start;
     int txn_seq = seq;
@@ -832,7 +834,6 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
         self->resume = p - txn_start;
         self->seq_resume = pseq;
     }
-    if (PyByteArray_Resize(o.ba, (Py_ssize_t)o.len) < 0) goto fail;
     if (have_last) {
         last = Py_BuildValue("(KKkIIK)", (unsigned long long)last_offset,
                              (unsigned long long)last_logpos, (unsigned long)last_ts,
@@ -841,11 +842,10 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
     } else {
         last = Py_NewRef(Py_None);
     }
-    result = Py_BuildValue("(iniOOnO)", status, (Py_ssize_t)txn_start, txn_seq, o.ba, gtids,
+    result = Py_BuildValue("(ininOnO)", status, (Py_ssize_t)txn_start, txn_seq, (Py_ssize_t)o.len, gtids,
                            (Py_ssize_t)events, last);
 fail:
     if (result == NULL) reset_txn(self);
-    Py_XDECREF(o.ba);
     Py_XDECREF(gtids);
     Py_XDECREF(last);
     PyBuffer_Release(&view);

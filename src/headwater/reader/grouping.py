@@ -120,7 +120,7 @@ class RecordSink(Protocol):
 class FrameSink(RecordSink, Protocol):
     """A sink that also takes the native scanner's frames (``ChangeLog``)."""
 
-    def append_frames(self, frames: bytearray, gtids: list[str]) -> int: ...
+    def append_frames(self, frames: memoryview, gtids: list[str]) -> int: ...
 
 
 @dataclass(slots=True)
@@ -228,6 +228,7 @@ class Grouper:
         self._dropped_mask = bytes(t in self._dropped_rows for t in range(256))
         self.native_transactions = 0
         self._registered: set[bytes] = set()  # shapes the scanner knows
+        self._outs: list[bytearray] = []  # frame buffers (_out_buffer)
         self._reset()
 
     # -- state of the transaction under way ----------------------------------------------------
@@ -447,7 +448,8 @@ class Grouper:
         last: tuple[int, int, int, int, int, int] | None = None
         gtid = ""
         while True:
-            status, start, seq, frames, gtids, got, run = scanner.scan(
+            out = self._out_buffer()
+            status, start, seq, size, gtids, got, run = scanner.scan(
                 buf,
                 start,
                 end,
@@ -464,12 +466,13 @@ class Grouper:
                 gtid_floor=-1 if gtid_floor is None else gtid_floor[1],
                 dropped=self._dropped_mask,
                 max_out=max_out,
+                out=out,
             )
             if run is not None:
                 if self.pending:
                     self.flush()  # records keep their order
                 sink: FrameSink = self.sink  # type: ignore[assignment]  # checked in __init__
-                last_seq = sink.append_frames(frames, gtids)
+                last_seq = sink.append_frames(memoryview(out)[:size], gtids)
                 n += len(gtids)
                 events += got
                 last, gtid = run, gtids[-1]
@@ -499,6 +502,23 @@ class Grouper:
             transactions=n,
         )
         return status, start, seq, done, events
+
+    def _out_buffer(self) -> bytearray:
+        """A buffer for the scanner's frames that nothing points into any more (the
+        store's memory tail and write buffer hold views of the ones in use): reused, its
+        pages are already mapped -- fresh memory costs a page fault per 4 KiB."""
+        pool = self._outs
+        for buf in pool:
+            try:
+                buf.append(0)  # fails while a view of it is alive
+            except BufferError:
+                continue
+            del buf[-1]
+            return buf
+        buf = bytearray()
+        if len(pool) < 64:
+            pool.append(buf)
+        return buf
 
     def _learn_shape(self, buf: bytearray, start: int, file_num: int) -> bool:
         """The scanner stopped at a TABLE_MAP it does not know (``start`` + its ``resume``):

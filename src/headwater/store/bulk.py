@@ -43,7 +43,7 @@ class FrameRun:
     offset ``i``; record ``seq0 + j`` ends at ``ends[j]``, its predecessor at ``ends[j - 1]``
     (``first`` for ``j == 0``)."""
 
-    frames: bytearray
+    frames: memoryview
     base: int
     first: int
     seq0: int
@@ -94,9 +94,11 @@ class FrameAppend:
 
         def _fail(self, e: BaseException) -> StoreError: ...
 
-    def append_frames(self, frames: bytearray, gtids: list[str]) -> int:
+    def append_frames(self, frames: memoryview, gtids: list[str]) -> int:
         """Append whole-transaction frames (seq and CRC 0, one GTID string each, in order);
-        returns the last seq. Does not wait: see ``wait_acked``."""
+        returns the last seq. Does not wait: see ``wait_acked``. ``frames`` must stay
+        unchanged while the log holds it (memory tail, write buffer): the caller can tell
+        by the view's export of the underlying buffer."""
         with self._alock:
             if self._closed or self._failed is not None or self._read_only:
                 self._check_writable()
@@ -127,7 +129,9 @@ class FrameAppend:
                         self._wait_synced()
             return self._next_seq - 1
 
-    def _stamp(self, frames: bytearray, start: int, gtids: list[str], done: int) -> tuple[int, int]:
+    def _stamp(
+        self, frames: memoryview, start: int, gtids: list[str], done: int
+    ) -> tuple[int, int]:
         """Stamp the frames from ``start`` that go in the active segment (under ``_lock``);
         returns where they end and how many there were."""
         act = self._act
@@ -167,7 +171,7 @@ class FrameAppend:
         builder.block_bytes, builder.max_ts = bb, mts
         builder.count += n
         self._next_seq = seq0 + n
-        self._buf.append(memoryview(frames)[start:stop])
+        self._buf.append(frames[start:stop])
         self._buf_bytes += end - off0
         self._buf_commit = (seq0 + n - 1, end)
         if self._opts.memory_tail_bytes > 0:

@@ -76,7 +76,7 @@ def test_append_frames_writes_the_bytes_append_many_writes(
     with ChangeLog.open(str(b), opts()) as log:
         for i in range(0, len(records), batch):
             frames, gtids = unstamped(records[i : i + batch])
-            last = log.append_frames(frames, gtids)
+            last = log.append_frames(memoryview(frames), gtids)
             assert last == min(i + batch, len(records))
     assert len(files(a)) > 3  # segments rolled in both
     assert files(a) == files(b)
@@ -97,7 +97,7 @@ def test_the_memory_tail_decodes_frames_on_demand(
         str(tmp_path), opts(segment_bytes=1 << 20, memory_tail_bytes=1 << 20)
     ) as log:
         frames, gtids = unstamped(records)
-        assert log.append_frames(frames, gtids) == 20
+        assert log.append_frames(memoryview(frames), gtids) == 20
         log.flush()
         hit = log._tail_get(7)
         assert hit is not None
@@ -115,7 +115,7 @@ def test_frames_inside_a_chunk_group_are_refused(
         log.append_nowait(rec(1, flags=1))
         frames, gtids = unstamped([rec(2)])
         with pytest.raises(ValueError, match="chunk group"):
-            log.append_frames(frames, gtids)
+            log.append_frames(memoryview(frames), gtids)
         log.append_nowait(rec(3, flags=2, chunk_no=1))
 
 
