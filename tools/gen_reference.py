@@ -241,8 +241,25 @@ PIPELINE: tuple[Section, ...] = (
                 "trigger", "trigger_s", doc="Seconds between micro-batches; 0 as fast as possible."
             ),
             Row("progress", "progress_s", doc="Seconds between progress lines on stderr."),
+            Row("snapshot", "snapshot", "mapping", "none", "See `snapshot`."),
         ),
         hidden=frozenset({"file"}),
+    ),
+    Section(
+        "snapshot",
+        "headwater.spark.pipeline_config.SnapshotSettings",
+        (
+            Row("host", None, "string", doc="The source server snapshots read (required)."),
+            Row("port", None, "integer", "3306", "Its port."),
+            Row("user", None, "string", "root", "User (needs SELECT on the tables)."),
+            Row("password_file", None, "path", "none", "File whose first line is the password."),
+            Row("password_env", None, "string", "none", "Environment variable with the password."),
+            Row("connect_timeout_s", None, "number", "10", "Connect timeout, seconds."),
+            Row("signal_table", "signal_table", doc="Watched for snapshot signals."),
+            Row("chunk_rows", "chunk_rows", doc="Rows per snapshot chunk."),
+        ),
+        hidden=frozenset({"connection"}),
+        intro="A running pipeline re-snapshots the tables a signal names (docs/operations.md).",
     ),
     Section(
         "source",

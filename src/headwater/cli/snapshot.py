@@ -11,6 +11,11 @@ the same command runs again.
 ``--mode``: ``snapshot_only`` (default: snapshot, exit), ``initial`` / ``when_needed``
 (snapshot if needed, then run the pipeline from the record after it, like
 ``headwater pipeline run``), ``never`` (just run the pipeline).
+
+``--signal``: re-snapshot the tables in a pipeline that is running: nothing is read here;
+a snapshot signal is inserted into the source's signal table, and the running pipeline
+(whose configuration has a ``snapshot`` section) pauses its stream, snapshots the tables
+and resumes (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -54,6 +59,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       help="chunk key (a unique key) of a table without a primary key")  # fmt: skip
     snap.add_argument("--mode", default="snapshot_only",
                       choices=("initial", "never", "when_needed", "snapshot_only"))  # fmt: skip
+    snap.add_argument(
+        "--signal",
+        action="store_true",
+        help="do not snapshot here: insert a snapshot signal for --tables into the source's"
+        " signal table (the config's snapshot.signal_table) for the running pipeline",
+    )
     snap.add_argument("--master", metavar="URL", help="Spark master (default: the config's)")
     snap.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     snap.set_defaults(handler=_run)
@@ -94,6 +105,15 @@ def _run(args: argparse.Namespace) -> int:
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
     config = load_pipeline_config(args.config)
+    if args.signal:
+        from headwater.snapshot.signals import SIGNAL_TABLE, send_signal
+
+        table = config.snapshot.signal_table if config.snapshot is not None else SIGNAL_TABLE
+        tables = [t.strip() for t in args.tables.split(",") if t.strip()]
+        ident = send_signal(_connection(args), tables, table=table)
+        sys.stdout.write(orjson.dumps({"signal": ident, "table": table, "tables": tables}).decode())
+        sys.stdout.write("\n")
+        return 0
     keys = []
     for item in args.key:
         table, eq, cols = item.partition("=")

@@ -6,18 +6,19 @@ A signal is a row inserted into a table on the source (default ``headwater.signa
                                    data TEXT NULL);
     INSERT INTO headwater.signal VALUES ('resnap-1', 'snapshot', '{"tables": ["shop.orders"]}');
 
-The reader captures it like any change (its filters must include the signal table). The
-pipeline finds it in its change stream: :func:`watch_signals` takes a batch of change rows
-(a DataFrame, or any iterable of change-row dicts / Spark Rows) and returns the snapshot
-requests in it, in log order. Other signal types are ignored (logged). Acting on a
-request in a pipeline that has already streamed is not exact yet (the sinks' per-shard
-checkpoints would skip other tables' changes; docs/configuration.md, "Snapshots").
+The reader captures it like any change (its filters must include the signal table). A
+running pipeline with a ``snapshot`` section finds it in its change stream and runs the
+re-snapshot (:mod:`headwater.spark.runner` says how, and why it is exact);
+:func:`signal_requests` / :func:`watch_signals` pick the requests out of change rows, in
+log order. Other signal types are ignored (logged). :func:`send_signal` writes one (what
+``headwater snapshot --signal`` does).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "SIGNAL_TABLE",
     "SIGNAL_TABLE_DDL",
     "SnapshotRequest",
+    "send_signal",
     "signal_requests",
     "watch_signals",
 ]
@@ -89,3 +91,40 @@ def watch_signals(changes: Any, table: str = SIGNAL_TABLE) -> list[SnapshotReque
             (F.col("database") == db) & (F.col("table") == name) & (F.col("op") == "insert")
         ).collect()
     return signal_requests(changes, table)
+
+
+def send_signal(
+    connection: Any,
+    tables: Sequence[str],
+    *,
+    table: str = SIGNAL_TABLE,
+    signal_id: str | None = None,
+) -> str:
+    """Insert a ``snapshot`` signal for ``tables`` into ``table`` on the source behind
+    ``connection`` (a :class:`~headwater.sinks.base.ConnectionOptions`), creating the
+    database and table when missing; returns the signal's id."""
+    import pymysql
+
+    db, _, name = table.partition(".")
+    ref = f"`{db.replace('`', '``')}`.`{name.replace('`', '``')}`"
+    ident = signal_id or f"snapshot-{uuid.uuid4().hex[:12]}"
+    conn = pymysql.connect(
+        host=connection.host,
+        port=connection.port,
+        user=connection.user,
+        password=connection.password(),
+        connect_timeout=connection.connect_timeout_s,
+        autocommit=True,
+        charset="utf8mb4",
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db.replace('`', '``')}`")
+            cur.execute(SIGNAL_TABLE_DDL.format(table=ref))
+            cur.execute(
+                f"INSERT INTO {ref} (id, type, data) VALUES (%s, 'snapshot', %s)",
+                (ident, orjson.dumps({"tables": list(tables)}).decode()),
+            )
+    finally:
+        conn.close()
+    return ident

@@ -32,6 +32,7 @@ from headwater.configfile import (
     string_list as _str_list,
 )
 from headwater.errors import ConfigError
+from headwater.sinks.base import ConnectionOptions
 from headwater.spark.rules import RuleError, load_rule_script
 from headwater.spark.transforms import (
     ComputeSpec,
@@ -51,6 +52,7 @@ from headwater.spark.transforms import (
 __all__ = [
     "PipelineConfig",
     "SinkConfig",
+    "SnapshotSettings",
     "SourceConfig",
     "load_pipeline_config",
     "parse_pipeline_config",
@@ -95,6 +97,18 @@ class SinkConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SnapshotSettings:
+    """Snapshots a running pipeline starts itself: the source server they read
+    (``connection``), the ``signal_table`` watched in the change stream (a snapshot signal
+    there re-snapshots the tables it names; see :mod:`headwater.snapshot.signals`), and
+    ``chunk_rows`` rows per chunk."""
+
+    connection: ConnectionOptions
+    signal_table: str = "headwater.signal"
+    chunk_rows: int = 50_000
+
+
+@dataclass(frozen=True, slots=True)
 class PipelineConfig:
     """A whole pipeline: source, transforms in order, sinks, checkpoint, Spark settings."""
 
@@ -107,6 +121,8 @@ class PipelineConfig:
     spark_conf: tuple[tuple[str, str], ...] = ()
     trigger_s: float = 0.0
     progress_s: float = 10.0
+    #: re-snapshots on signal (``snapshot`` section); None: signals are not watched
+    snapshot: SnapshotSettings | None = None
     file: str = "<config>"
 
 
@@ -118,7 +134,17 @@ def load_pipeline_config(
     return parse_pipeline_config(text, file=file, base=base, env=env)
 
 
-_TOP = {"name", "source", "checkpoint", "transforms", "sinks", "spark", "trigger", "progress"}
+_TOP = {
+    "name",
+    "source",
+    "checkpoint",
+    "transforms",
+    "sinks",
+    "spark",
+    "trigger",
+    "progress",
+    "snapshot",
+}
 
 
 def parse_pipeline_config(
@@ -148,6 +174,8 @@ def parse_pipeline_config(
         kw["trigger_s"] = _float(ctx, f["trigger"], "trigger", 0, 86400)
     if "progress" in f:
         kw["progress_s"] = _float(ctx, f["progress"], "progress", 0.1, 86400)
+    if "snapshot" in f:
+        kw["snapshot"] = _snapshot(ctx, f["snapshot"], "snapshot")
     sinks_node = f["sinks"]
     if not isinstance(sinks_node, yaml.SequenceNode) or not sinks_node.value:
         raise ctx.error(sinks_node, "sinks", "must be a non-empty list of sinks")
@@ -160,6 +188,45 @@ def parse_pipeline_config(
         file=file,
         **kw,
     )
+
+
+_SNAPSHOT = {
+    "host",
+    "port",
+    "user",
+    "password_file",
+    "password_env",
+    "connect_timeout_s",
+    "signal_table",
+    "chunk_rows",
+}
+
+
+def _snapshot(ctx: _Ctx, node: yaml.Node, path: str) -> SnapshotSettings:
+    f = _mapping(ctx, node, path, _SNAPSHOT, required={"host"})
+    conn: dict[str, Any] = {"host": _str(ctx, f["host"], f"{path}.host")}
+    if "port" in f:
+        conn["port"] = _int(ctx, f["port"], f"{path}.port", 1, 65535)
+    if "user" in f:
+        conn["user"] = _str(ctx, f["user"], f"{path}.user")
+    if "password_file" in f:
+        conn["password_file"] = str(_path(ctx, f["password_file"], f"{path}.password_file"))
+    if "password_env" in f:
+        conn["password_env"] = _str(ctx, f["password_env"], f"{path}.password_env")
+    if "connect_timeout_s" in f:
+        conn["connect_timeout_s"] = _float(
+            ctx, f["connect_timeout_s"], f"{path}.connect_timeout_s", 0.1, 3600
+        )
+    kw: dict[str, Any] = {}
+    if "signal_table" in f:
+        table = _str(ctx, f["signal_table"], f"{path}.signal_table")
+        db, dot, name = table.partition(".")
+        if not dot or not _IDENT.match(db) or not _IDENT.match(name):
+            raise ctx.error(f["signal_table"], f"{path}.signal_table", "expected db.table")
+        kw["signal_table"] = table
+    if "chunk_rows" in f:
+        kw["chunk_rows"] = _int(ctx, f["chunk_rows"], f"{path}.chunk_rows", 1, 2**31)
+    return SnapshotSettings(ConnectionOptions(**conn), **kw)
 
 
 # --- source and sinks -----------------------------------------------------------------------

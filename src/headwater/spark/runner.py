@@ -18,12 +18,30 @@ One :class:`PipelineRunner` per :class:`~headwater.spark.pipeline_config.Pipelin
 
 Sinks are built from the configuration by :func:`build_sink` (``type`` selects a
 factory); a factory receives the sink's fields and the pipeline configuration.
+
+Re-snapshots on signal (``snapshot`` section). The query counts the rows inserted into
+the signal table in each batch (an observed metric, no extra job). When a finished batch
+had some, :meth:`PipelineRunner.run` writes the batches' offset ranges to
+``<checkpoint>/resnapshot-pending.json``, stops the query after its batch, reads the
+signal rows of those ranges from the log, runs each snapshot request (its own state file
+``resnap-<id>.json``, so a killed one resumes at chunk granularity; one that finished is
+never run again), removes the pending file and restarts the query. A pending file found
+at start is processed first. Why this is exact: the stream stopped after the batch at
+``S``; the snapshot's waves bring each table to its state at the snapshot's last record
+``E`` through their own checkpoint rows (pipeline ``<name>.resnap.<id>``), leaving the
+stream's untouched; the stream then goes on from ``S + 1`` and replays ``(S, E]`` in log
+order on top, and replaying a suffix of the log in order over a state that the suffix's
+prefix produced gives the state the whole suffix gives (every change sets whole column
+values or deletes). A crash in the fraction of a second between a batch's commit and the
+pending file loses that batch's signals: send them again under a new id.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -31,6 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
+
+import orjson
 
 from headwater.errors import ConfigError, HeadwaterError
 from headwater.spark.pipeline_config import PipelineConfig, SinkConfig
@@ -268,6 +288,46 @@ class _ForEachBatch:
 
 #: Name of the query's observed metrics (``newest_ts_us``: the batch's newest commit).
 OBSERVED = "headwater"
+#: Observed when signals are watched: ``signals``, rows inserted into the signal table.
+OBSERVED_SIGNALS = "headwater_signals"
+
+#: Sink batch ids of re-snapshot waves: ``RESNAPSHOT_BATCH_BASE + record * 10_000 + wave``
+#: (``record``: the store record of the signal), apart from the stream's and the first
+#: snapshot's ids, so that sinks idempotent per batch id never take one for another.
+RESNAPSHOT_BATCH_BASE = 200_000_000_000
+
+
+def _signal_batches(query: StreamingQuery, seen: int) -> tuple[list[tuple[int, int]], int]:
+    """Sequence ranges ``[lo, hi)`` of finished batches after ``seen`` whose observed
+    signal count is positive, and the newest batch id looked at."""
+    from headwater.spark.offsets import LogOffset
+
+    out: list[tuple[int, int]] = []
+    newest = seen
+    for p in query.recentProgress:
+        batch = int(p.get("batchId", -1))
+        if batch <= seen:
+            continue
+        newest = max(newest, batch)
+        metrics = (p.get("observedMetrics") or {}).get(OBSERVED_SIGNALS)
+        if metrics is None or not metrics["signals"]:  # a Row (or a dict)
+            continue
+        src = p["sources"][0]
+        lo, hi = (
+            LogOffset.from_dict(orjson.loads(o) if isinstance(o, str) else o)
+            for o in (src["startOffset"], src["endOffset"])
+        )
+        out.append(((lo.seq << 24) | lo.row, (hi.seq << 24) | hi.row))
+    return out, newest
+
+
+def _write_pending(path: Path, ranges: list[tuple[int, int]]) -> None:
+    """Add ``ranges`` to the pending file (atomically; ranges already there stay)."""
+    from headwater.store._fs import atomic_write
+
+    old = orjson.loads(path.read_bytes())["ranges"] if path.exists() else []
+    doc = {"ranges": [*old, *([lo, hi] for lo, hi in ranges)]}
+    atomic_write(str(path), orjson.dumps(doc))
 
 
 class PipelineRunner:
@@ -287,6 +347,8 @@ class PipelineRunner:
         self.sinks = [build_sink(s, config) for s in config.sinks]
         self.writer = _ForEachBatch(self.sinks)
         self.query: StreamingQuery | None = None
+        #: results of the re-snapshots this runner ran (signals)
+        self.resnapshots: list[Any] = []
 
     @property
     def spark(self) -> SparkSession:
@@ -313,7 +375,18 @@ class PipelineRunner:
             reader = reader.option(key, value)
         from pyspark.sql import functions as F
 
-        changes = apply_transforms(reader.load(), self.config.transforms)
+        raw = reader.load()
+        if self.config.snapshot is not None:
+            # Before the transforms: signal rows are matched on the source's names, and a
+            # filter that drops them from the sinks still lets them be counted.
+            db, _, table = self.config.snapshot.signal_table.partition(".")
+            is_signal = (
+                (F.col("database") == db) & (F.col("table") == table) & (F.col("op") == "insert")
+            )
+            raw = raw.observe(
+                OBSERVED_SIGNALS, F.sum(F.when(is_signal, 1).otherwise(0)).alias("signals")
+            )
+        changes = apply_transforms(raw, self.config.transforms)
         return changes.observe(OBSERVED, F.max("ts_us").alias("newest_ts_us"))
 
     def start(self, *, available_now: bool = False) -> StreamingQuery:
@@ -350,11 +423,13 @@ class PipelineRunner:
         stop = stop or threading.Event()
         if stop.is_set():  # asked to stop before the query started: nothing to wait for
             return 0
+        self.resnapshot_pending()
         query = self.start(available_now=available_now)
         out.write(f"pipeline {self.config.name}: started\n")
         out.flush()
         last_line = time.monotonic()
         last_batch = -1
+        seen_batch = -1
         try:
             while query.isActive:
                 if stop.is_set():
@@ -364,12 +439,116 @@ class PipelineRunner:
                 if time.monotonic() - last_line >= self.config.progress_s:
                     last_batch = self._progress_line(query, out, last_batch)
                     last_line = time.monotonic()
+                if self.config.snapshot is not None:
+                    signalled, seen_batch = _signal_batches(query, seen_batch)
+                    if signalled:
+                        _write_pending(self._pending_path, signalled)
+                        self._stop_after_batch(query, stop_timeout)
+                        self._progress_line(query, out, last_batch)
+                        self.resnapshot_pending(out)
+                        if stop.is_set():
+                            return 0
+                        query = self.start(available_now=available_now)
         finally:
             self._progress_line(query, out, last_batch)
         error = query.exception()
         if error is not None:
             raise PipelineError(f"pipeline {self.config.name} failed: {_spark_message(error)}")
         return 0
+
+    @property
+    def _pending_path(self) -> Path:
+        return self.config.checkpoint / "resnapshot-pending.json"
+
+    def resnapshot_pending(self, out: TextIO | None = None) -> list[Any]:
+        """Run the snapshot requests of the pending file (module docstring), if any;
+        returns the results of the snapshots run now."""
+        path = self._pending_path
+        if self.config.snapshot is None or not path.exists():
+            return []
+        import orjson
+
+        from headwater.snapshot.signals import SnapshotRequest
+
+        ranges = [tuple(r) for r in orjson.loads(path.read_bytes())["ranges"]]
+        requests: dict[str, SnapshotRequest] = {}
+        for lo, hi in ranges:
+            for request in self._signals_between(int(lo), int(hi)):
+                requests.setdefault(request.id, request)
+        results = []
+        for request in requests.values():
+            result = self._resnapshot(request, out or sys.stderr)
+            if result is not None:
+                results.append(result)
+        path.unlink()
+        return results
+
+    def _signals_between(self, lo: int, hi: int) -> list[Any]:
+        """The snapshot requests among the changes with sequence in ``[lo, hi)``."""
+        from headwater.changes import decode_record
+        from headwater.snapshot.signals import signal_requests
+        from headwater.spark.logaccess import open_log
+        from headwater.spark.offsets import parse_options
+
+        assert self.config.snapshot is not None
+        table = self.config.snapshot.signal_table
+        db, _, name = table.partition(".")
+        options = parse_options(dict(self.config.source.options))
+        log_ = open_log(options)
+        try:
+            rows = []
+            # hi is exclusive: record hi >> 24 is read only when the range ends inside it.
+            end = (hi >> 24) + 1 if hi & 0xFFFFFF else hi >> 24
+            for rec in log_.records(lo >> 24, end):
+                if not any(t == table for t, _ in rec.tables):
+                    continue
+                changes = decode_record(
+                    rec,
+                    source=options.source_name,
+                    fde=log_.fde,
+                    schema=log_.schema,
+                    want=lambda d, t: d == db and t == name,
+                )
+                rows += [c for c in changes if lo <= c.sequence < hi]
+        finally:
+            log_.close()
+        return signal_requests(rows, table)
+
+    def _resnapshot(self, request: Any, out: TextIO) -> Any:
+        """One re-snapshot under its own checkpoint identity and state file; None when
+        its state file says it finished before."""
+        from headwater.snapshot.run import run_snapshot
+        from headwater.snapshot.spark import SnapshotOptions
+        from headwater.snapshot.state import SnapshotState
+
+        settings = self.config.snapshot
+        assert settings is not None
+        ident = re.sub(r"[^A-Za-z0-9_.-]", "_", request.id)[:40] or "signal"
+        state_path = self.config.checkpoint / f"resnap-{ident}.json"
+        state = SnapshotState.load(str(state_path))
+        if state is not None and state.finished_us is not None:
+            log.info("re-snapshot %s finished before; not run again", request.id)
+            return None
+        out.write(f"pipeline {self.config.name}: re-snapshot {request.id} of"
+                  f" {', '.join(request.tables)} (stream paused)\n")  # fmt: skip
+        out.flush()
+        config = dataclasses.replace(self.config, name=f"{self.config.name}.resnap.{ident}")
+        result = run_snapshot(
+            self.spark,
+            config,
+            connection=settings.connection,
+            tables=list(request.tables),
+            state_path=state_path,
+            options=SnapshotOptions(
+                chunk_rows=settings.chunk_rows,
+                batch_base=RESNAPSHOT_BATCH_BASE + (request.sequence >> 24) * 10_000,
+            ),
+        )
+        out.write(f"pipeline {self.config.name}: re-snapshot {request.id} done,"
+                  f" {result.rows} rows; stream resumes\n")  # fmt: skip
+        out.flush()
+        self.resnapshots.append(result)
+        return result
 
     def _stop_after_batch(self, query: StreamingQuery, timeout: float) -> None:
         deadline = time.monotonic() + timeout
