@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 import pymysql
 from pyspark.sql import SparkSession
@@ -151,3 +152,31 @@ def test_signal_resnapshots_damaged_targets_while_the_workload_runs(
         thread.join(180)
         reader.stop()
     assert not errors, errors
+
+
+def test_cli_signal_inserts_a_snapshot_request_into_the_configured_table(
+    mariadb: MariadbSandbox, db: str, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        f"name: sig\nsource: {{path: {tmp_path / 'task'}}}\ncheckpoint: {tmp_path / 'ck'}\n"
+        "sinks: [{type: parquet_log, path: out}]\n"
+        f"snapshot: {{host: {mariadb.host}, port: {mariadb.port}, signal_table: {db}.sig}}\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "headwater.cli.main", "snapshot", "--config", str(config),
+         "--tables", f"{db}.a, {db}.b", "--source", f"mysql://root@{mariadb.host}:{mariadb.port}",
+         "--signal"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    sent = orjson.loads(out.strip().splitlines()[-1])
+    assert sent["table"] == f"{db}.sig"
+    assert sent["tables"] == [f"{db}.a", f"{db}.b"]
+    rows = mariadb.query(f"SELECT id, type, data FROM `{db}`.sig")
+    assert len(rows) == 1
+    assert rows[0][0] == sent["signal"]
+    assert rows[0][1] == "snapshot"
+    assert orjson.loads(rows[0][2]) == {"tables": [f"{db}.a", f"{db}.b"]}
