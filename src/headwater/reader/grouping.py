@@ -46,12 +46,13 @@ last transaction's, ``transactions`` counting them). A TABLE_MAP shape is regist
 first time this module sees it (kept, not watched, its row images countable); whatever
 the scanner does not take -- DDL, QUERY-framed transactions, new shapes, filtered tables,
 chunked transactions, transactions the resume checks may skip -- comes here event by
-event, as before.
+event, as before. ``HEADWATER_NATIVE=0`` in the environment turns the fast path off.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -224,7 +225,8 @@ class Grouper:
         self.chunks = 0
         self._dropped_rows = self.filter.dropped_rows_types
         #: the compiled fast path (None: the sink cannot take frames)
-        self.scanner: Scanner | None = Scanner() if hasattr(sink, "append_frames") else None
+        native = hasattr(sink, "append_frames") and os.environ.get("HEADWATER_NATIVE") != "0"
+        self.scanner: Scanner | None = Scanner() if native else None
         self._dropped_mask = bytes(t in self._dropped_rows for t in range(256))
         self.native_transactions = 0
         self._registered: set[bytes] = set()  # shapes the scanner knows
