@@ -9,8 +9,8 @@ records (tests/unit/reader/test_native_differential.py).
 MariaDB transaction of the form ``MARIADB_GTID [ANNOTATE_ROWS | TABLE_MAP | rows]* XID``
 whose TABLE_MAP shapes were registered (``add_shape``: the body, ``db.table`` and the
 columns' value widths, :func:`headwater.binlog._columns.value_width`) into a store record
-frame with seq and CRC left 0. It returns ``(status, stop, seq, frames, gtids, events,
-last)``:
+frame with seq and CRC left 0. It returns ``(status, stop, seq, size, records,
+events, last)``:
 
 * ``status``: :data:`SLOW` -- the transaction at ``stop`` (or the packet there, between
   transactions) is for the Python path; :data:`MORE` -- the buffer ends inside the
@@ -21,7 +21,8 @@ last)``:
   is not registered: register it (or ``reset()``) and call again;
 * ``stop``, ``seq``: the first byte not consumed and the packet sequence number expected
   there (always a transaction's first packet or a packet between transactions);
-* ``frames`` (bytearray), ``gtids``: the records, ``events`` how many events they hold;
+* ``size``, ``records``: ``out[:size]`` (``out``, a bytearray the scan writes into and
+  grows) holds that many record frames; ``events`` how many events they hold;
 * ``last``: ``(offset, log_pos, ts_s, domain, server_id, seq_no)`` of the last record's
   transaction, or None.
 

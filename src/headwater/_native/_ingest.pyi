@@ -36,7 +36,7 @@ class Scanner:
         dropped: Buffer,
         max_out: int,
         out: bytearray,
-    ) -> tuple[int, int, int, int, list[str], int, _Last | None]: ...
+    ) -> tuple[int, int, int, int, int, int, _Last | None]: ...
 
 def stamp(
     frames: Buffer,

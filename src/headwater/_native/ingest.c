@@ -651,8 +651,8 @@ static int emit_frame(Scanner *self, Out *o, const uint8_t *txn, uint64_t change
  * buf[start:end] holds received packets; ``start`` is a transaction boundary (or the
  * start of the transaction a previous ST_MORE left under way, with the same start).
  * Frames are written to ``out`` (a bytearray, grown as needed, never shrunk: the caller
- * reuses it once nothing points into it). Returns (status, stop, seq, n, gtids, n_events,
- * last) where out[:n] holds the record frames (seq and CRC 0), gtids their GTID strings, ``stop`` the offset of the
+ * reuses it once nothing points into it). Returns (status, stop, seq, n, records,
+ * n_events, last) where out[:n] holds ``records`` record frames (seq and CRC 0), ``stop`` the offset of the
  * first packet not consumed (a transaction's GTID packet when it is left to Python or is
  * incomplete), ``seq`` the packet sequence number expected there, and ``last`` is None
  * or (offset, log_pos, ts_s, domain, server_id, seq_no) of the last transaction.
@@ -675,7 +675,8 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
                                      &gtid_domain, &gtid_floor, &dropped, &max_out,
                                      &PyByteArray_Type, &o.ba))
         return NULL;
-    PyObject *result = NULL, *gtids = NULL, *last = NULL;
+    PyObject *result = NULL, *last = NULL;
+    Py_ssize_t records = 0;
     if (start < 0 || end > view.len || start > end || dropped.len != 256) {
         PyErr_SetString(PyExc_ValueError, "scan: bad bounds or dropped mask");
         goto fail;
@@ -683,8 +684,6 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
     const uint8_t *buf = view.buf;
     const uint8_t *drop = dropped.buf;
     size_t csize = crc_on ? 4 : 0;
-    gtids = PyList_New(0);
-    if (gtids == NULL) goto fail;
 
     size_t txn_start = (size_t)start;
     int txn_seq = seq;
@@ -823,12 +822,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
                                (size_t)glen);
             if (r == -2) goto fail;
             if (r < 0) { status = ST_SLOW; break; }
-            PyObject *g = PyUnicode_FromStringAndSize(gtid, glen);
-            if (g == NULL || PyList_Append(gtids, g) < 0) {
-                Py_XDECREF(g);
-                goto fail;
-            }
-            Py_DECREF(g);
+            records++;
             events += self->n_events;
             have_last = 1;
             last_offset = self->g_offset;
@@ -871,11 +865,10 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
     } else {
         last = Py_NewRef(Py_None);
     }
-    result = Py_BuildValue("(ininOnO)", status, (Py_ssize_t)txn_start, txn_seq, (Py_ssize_t)o.len, gtids,
+    result = Py_BuildValue("(ininnnO)", status, (Py_ssize_t)txn_start, txn_seq, (Py_ssize_t)o.len, records,
                            (Py_ssize_t)events, last);
 fail:
     if (result == NULL) reset_txn(self);
-    Py_XDECREF(gtids);
     Py_XDECREF(last);
     PyBuffer_Release(&view);
     PyBuffer_Release(&dropped);

@@ -121,7 +121,7 @@ class RecordSink(Protocol):
 class FrameSink(RecordSink, Protocol):
     """A sink that also takes the native scanner's frames (``ChangeLog``)."""
 
-    def append_frames(self, frames: memoryview, gtids: list[str]) -> int: ...
+    def append_frames(self, frames: memoryview, gtids: list[str] | None = None) -> int: ...
 
 
 @dataclass(slots=True)
@@ -448,10 +448,9 @@ class Grouper:
         n = events = 0
         last_seq = 0
         last: tuple[int, int, int, int, int, int] | None = None
-        gtid = ""
         while True:
             out = self._out_buffer()
-            status, start, seq, size, gtids, got, run = scanner.scan(
+            status, start, seq, size, count, got, run = scanner.scan(
                 buf,
                 start,
                 end,
@@ -474,10 +473,10 @@ class Grouper:
                 if self.pending:
                     self.flush()  # records keep their order
                 sink: FrameSink = self.sink  # type: ignore[assignment]  # checked in __init__
-                last_seq = sink.append_frames(memoryview(out)[:size], gtids)
-                n += len(gtids)
+                last_seq = sink.append_frames(memoryview(out)[:size])
+                n += count
                 events += got
-                last, gtid = run, gtids[-1]
+                last = run
                 gtid_floor = (run[3], run[5])  # as the scan itself goes on (ingest.c)
                 after = (num, run[0])
             if status != SHAPE:
@@ -492,7 +491,7 @@ class Grouper:
         self.native_transactions += n
         done = Committed(
             Position(self.change_id, num, offset),
-            gtid,
+            f"{domain}-{server_id}-{seq_no}",
             MariadbGtid(domain, server_id, seq_no),
             ts_s * 1_000_000,
             True,

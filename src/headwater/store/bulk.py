@@ -33,6 +33,8 @@ __all__ = ["FrameAppend", "FrameRun"]
 
 _unpack_fixed = FIXED.unpack_from
 _PREFIX = FRAME.size
+_FIXED = FIXED.size
+_GTID_LEN = 49  # offset of gtid_len in the fixed header
 #: log.py's WRITE_CHUNK: the buffer goes to the OS once it holds this many bytes.
 _WRITE_CHUNK = 1 << 20
 
@@ -94,9 +96,10 @@ class FrameAppend:
 
         def _fail(self, e: BaseException) -> StoreError: ...
 
-    def append_frames(self, frames: memoryview, gtids: list[str]) -> int:
-        """Append whole-transaction frames (seq and CRC 0, one GTID string each, in order);
-        returns the last seq. Does not wait: see ``wait_acked``. ``frames`` must stay
+    def append_frames(self, frames: memoryview, gtids: list[str] | None = None) -> int:
+        """Append whole-transaction frames (seq and CRC 0) in order; returns the last seq.
+        ``gtids``: their GTID strings, if at hand (else the few the index needs as
+        strings are read from the frames). Does not wait: see ``wait_acked``. ``frames`` must stay
         unchanged while the log holds it (memory tail, write buffer): the caller can tell
         by the view's export of the underlying buffer."""
         with self._alock:
@@ -130,7 +133,7 @@ class FrameAppend:
             return self._next_seq - 1
 
     def _stamp(
-        self, frames: memoryview, start: int, gtids: list[str], done: int
+        self, frames: memoryview, start: int, gtids: list[str] | None, done: int
     ) -> tuple[int, int]:
         """Stamp the frames from ``start`` that go in the active segment (under ``_lock``);
         returns where they end and how many there were."""
@@ -149,11 +152,20 @@ class FrameAppend:
             builder.max_ts,
         )
         base = off0 - start
-        gput = builder.gtids.extend
+
+        def gput(lo: int, hi: int) -> None:
+            if gtids is not None:
+                builder.gtids.extend(gtids[done + lo : done + hi])
+                return
+            for j in range(lo, hi):
+                at = (off0 if j == 0 else ends[j - 1]) - base + _PREFIX
+                glen = frames[at + _GTID_LEN]
+                builder.gtids.append(bytes(frames[at + _FIXED : at + _FIXED + glen]).decode())
+
         prev = 0
         for i, max_before, leaf in blocks:
             if leaf is None:  # summarized from the strings (a block begun before, ...)
-                gput(gtids[done + prev : done + i])
+                gput(prev, i)
             prev = i
             at = off0 if i == 0 else ends[i - 1]
             fixed = _unpack_fixed(frames, at - base + _PREFIX)
@@ -162,7 +174,7 @@ class FrameAppend:
                 act.first_pos, act.first_ts = pt, fixed[5]
             builder.max_ts = max_before
             builder.open_block(seq0 + i, at, pt, fixed[5], leaf)
-        gput(gtids[done + prev : done + n])
+        gput(prev, n)
         last = _unpack_fixed(frames, (off0 if n == 1 else ends[n - 2]) - base + _PREFIX)
         end = ends[-1]
         act.last_pos = (last[1], last[2], last[3], last[4])
