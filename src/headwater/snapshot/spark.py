@@ -9,8 +9,10 @@ is done. A wave:
    change log read from the task directory), persisting the result. Bulk chunks
    (:mod:`headwater.snapshot.bulk`, chosen per table by
    :meth:`SnapshotRunner._choose_paths`) are loaded into the targets by the task itself
-   and return only their window's changes: a wave of them is one job of
-   ``defaultParallelism`` Spark tasks, each running its chunks in threads;
+   and return only their window's changes: a wave of them is one job whose Spark tasks
+   run up to :data:`BULK_PER_TASK` chunks each, at once in threads (a bulk chunk's
+   Python work is small; it waits for the two servers), so all of a wave's chunks read
+   and load at the same time;
 3. collects the chunks' metadata; ``S_w`` is the largest ``last_seq`` (record before
    high) of the wave;
 4. builds the wave's *catch-up*: the change log's row changes of the snapshot's tables in
@@ -43,6 +45,7 @@ skip what they hold and apply the newer rows; catch-up from ``emitted_seq`` is t
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -71,6 +74,9 @@ if TYPE_CHECKING:
 __all__ = ["WAVE_BATCH_BASE", "SnapshotOptions", "SnapshotResult", "SnapshotRunner"]
 
 log = logging.getLogger(__name__)
+
+#: Bulk chunks one Spark task runs at once (in threads).
+BULK_PER_TASK = 8
 
 #: A position after every schema change: table definitions as they are now.
 _LATEST = Position(1 << 30, 1 << 30, 1 << 60, 0)
@@ -134,6 +140,14 @@ def _chunk_partition(tasks: Iterable[ChunkTask]) -> Iterable[tuple[str, Any]]:
     conns.release()
 
 
+def _warm_partition(items: Iterable[int]) -> Iterable[int]:
+    import importlib
+
+    for name in ("headwater.sinks.mysql.bulk", "headwater.snapshot.bulk", "pymysql"):
+        importlib.import_module(name)  # what a chunk imports first
+    return list(items)
+
+
 def _collect_chunk(task: ChunkTask) -> list[tuple[str, Any]]:
     return list(run_chunk(task))
 
@@ -179,6 +193,7 @@ class SnapshotRunner:
 
     def run(self) -> SnapshotResult:
         """Plan (or resume), run every wave, return the result (module docstring)."""
+        warm = self._warm_workers()
         tlog = TaskLog(self.task_dir)
         conn = connect_source(self.connection)
         try:
@@ -203,6 +218,7 @@ class SnapshotRunner:
             self.progress_tracker = Progress(state)
             self._choose_paths(state, tlog)
             orders = {n: key_order(t["key"]) for n, t in state.tables.items()}
+            warm.join()
             width = self.options.wave_chunks or 2 * self.spark.sparkContext.defaultParallelism
             while state.pending():
                 self._wave(state, state.pending()[:width], orders, tlog, conn)
@@ -214,6 +230,22 @@ class SnapshotRunner:
             tlog.close()
         progress = self.progress()
         return SnapshotResult(state.snapshot_id, int(progress["rows"]), state.emitted_seq, progress)
+
+    def _warm_workers(self) -> threading.Thread:
+        """Start Spark's Python workers (and their imports of this package) in a thread,
+        while the driver plans: the first wave would otherwise wait for them."""
+        sc = self.spark.sparkContext
+        width = max(1, min(sc.defaultParallelism, self.options.wave_chunks or 1 << 30))
+
+        def warm() -> None:
+            try:
+                sc.parallelize(range(width), width).mapPartitions(_warm_partition).collect()
+            except Exception:  # only an optimization; the first wave reports real trouble
+                log.debug("warming the Python workers failed", exc_info=True)
+
+        thread = threading.Thread(target=warm, name="hw-snapshot-warm", daemon=True)
+        thread.start()
+        return thread
 
     def progress(self) -> dict[str, Any]:
         """Chunks done of total, rows, rows/s, ETA, per table (:class:`Progress`)."""
@@ -283,9 +315,10 @@ class SnapshotRunner:
         rows: Any
         if all(t.bulk for t in tasks):
             # Bulk chunks are in the targets already; only their window changes and
-            # metadata come back, few enough for the driver: one job, nothing cached. A
-            # Spark task runs several chunks in turn (each Python task costs tens of ms).
-            slices = min(len(tasks), sc.defaultParallelism)
+            # metadata come back, few enough for the driver: one job, nothing cached. The
+            # chunks mostly wait for the servers: a Spark task runs up to BULK_PER_TASK
+            # at once in threads (each Python task, and each worker, costs CPU).
+            slices = -(-len(tasks) // BULK_PER_TASK)
             out = sc.parallelize(tasks, slices).mapPartitions(_chunk_partition)
             items = out.collect()
             metas = [v for k, v in items if k == "meta"]
