@@ -17,8 +17,11 @@ from pyspark.sql import SparkSession
 
 from headwater.config import FilterConfig
 from headwater.sandbox import MariadbSandbox
+from headwater.schema.introspect import read_tables
 from headwater.sinks.base import ConnectionOptions
+from headwater.sinks.mysql.bulk import line_sql
 from headwater.snapshot import SnapshotOptions, run_snapshot
+from headwater.snapshot.bulk import read_lines
 from headwater.snapshot.state import SnapshotState
 from headwater.spark.pipeline_config import load_pipeline_config
 from headwater.verify import VerifyOptions, parse_endpoint, verify
@@ -186,3 +189,28 @@ def test_a_transform_that_edits_values_keeps_the_general_path(
     want = mariadb.query(f"SELECT id, c_int, c_varchar FROM `{db}`.every_type ORDER BY id")
     assert [tuple(r) for r in got] == [tuple(r) for r in want]
     assert len(want) == ROWS
+
+
+def test_a_chunk_longer_than_group_concat_allows_is_read_row_by_row(
+    mariadb: MariadbSandbox, db: str, tmp_path: Path
+) -> None:
+    """The server truncates a GROUP_CONCAT longer than ``group_concat_max_len`` (with a
+    warning only): the line count gives it away and the rows are read one by one."""
+    fill_every_type(mariadb, db)
+    conn = mariadb.connect(db)
+    try:
+        tdef = read_tables(conn, [db])[(db, "every_type")]
+        line = line_sql(tdef)
+        assert line is not None
+        outputs = []
+        for limit in (None, 100):
+            path = tmp_path / f"lines-{limit}.tsv"
+            with path.open("wb") as out:
+                rows = read_lines(conn, line, f"`{db}`.every_type", "TRUE", [], out, limit)
+            assert rows == ROWS
+            outputs.append(path.read_bytes())
+    finally:
+        conn.close()
+    whole, by_rows = outputs
+    assert by_rows == whole
+    assert whole.count(b"\n") == ROWS

@@ -67,7 +67,7 @@ from headwater.snapshot.watermarks import (
 )
 from headwater.spark.schema import change_row_values
 
-__all__ = ["chunk_events", "run_bulk_chunk"]
+__all__ = ["chunk_events", "read_lines", "run_bulk_chunk"]
 
 _LF = b"\n"
 
@@ -122,12 +122,24 @@ def _retyped(
     )  # fmt: skip
 
 
-def _read_lines(conn: Any, line: str, ref: str, where: str, params: list[Any], out: Any) -> int:
-    """Write the chunk's lines to ``out``; the number of rows (module docstring)."""
+def read_lines(
+    conn: Any,
+    line: str,
+    ref: str,
+    where: str,
+    params: list[Any],
+    out: Any,
+    limit: int | None = None,
+) -> int:
+    """Write the chunk's lines to ``out`` (a binary file); the number of rows (module
+    docstring). ``limit``: ``group_concat_max_len`` (default: ``max_allowed_packet``)."""
     import pymysql.cursors
 
     with conn.cursor() as cur:
-        cur.execute("SET SESSION group_concat_max_len = @@max_allowed_packet")
+        if limit is None:
+            cur.execute("SET SESSION group_concat_max_len = @@max_allowed_packet")
+        else:
+            cur.execute("SET SESSION group_concat_max_len = %s", (int(limit),))
         cur.execute(
             f"SELECT COUNT(*), GROUP_CONCAT({line} SEPARATOR '\n') FROM {ref} WHERE {where}",
             params,
@@ -196,7 +208,7 @@ def run_bulk_chunk(
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         low = snapshot_position(conn) or before
         with os.fdopen(fd, "wb") as out:
-            rows = _read_lines(conn, line, ref, where, params, out)
+            rows = read_lines(conn, line, ref, where, params, out)
         conn.commit()
         high = master_status(conn)
         read_s = time.monotonic() - started
