@@ -7,8 +7,10 @@ same run:
 * ``dump``: ``mariadb-dump --single-transaction --skip-lock-tables bench t | mariadb
   bench_dump`` (Debian's client tools), timed end to end;
 * ``headwater``: a snapshot of ``bench.t`` (chunks of ``--chunk-rows``, Spark ``local[2]``
-  started before the clock) through the MySQL sink into ``bench_hw`` (tables created by
-  the sink, 2 shards), timed from plan to the last wave's commit.
+  started before the clock, its Python workers not) through the MySQL sink into
+  ``bench_hw`` (tables created by the sink, 2 shards), timed from plan to the last wave's
+  commit. The pipeline only renames the database, so chunks take the snapshot's bulk
+  path (``LOAD DATA`` text formatted by the source, docs/operations.md "Snapshots").
 
 Both targets are compared with the source (row count and checksum) before a rate counts.
 Last line: ``snapshot_vs_dump_reload=<headwater rows/s / dump rows/s>``.
