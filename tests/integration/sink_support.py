@@ -63,6 +63,10 @@ def row(
     """A change row as the pipeline carries it (JSON text images), sequence ``seq``."""
     image = after if after is not None else before
     key = None if image is None or op == "ddl" else {c: image[c] for c in pk}
+    old = None
+    if op == "update" and before is not None and key is not None:
+        old = {c: before[c] for c in pk}
+        old = None if old == key else old
     return {
         "source": SOURCE,
         "database": db,
@@ -81,6 +85,7 @@ def row(
         "after": image_json(after),
         "schema_version": 1,
         "sql": sql,
+        "before_key": image_json(old),
     }
 
 

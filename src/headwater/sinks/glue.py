@@ -2,15 +2,15 @@
 
 :func:`write_sql_batch` runs **one Spark job** per micro-batch without DDL:
 
-1. ``mapInArrow`` routes each change row to the shard of its key
-   (:func:`headwater.sinks.merge.sink_shard` of the canonical key text): the row leaves
-   with a ``part`` column (the shard's partition key) and a ``role``. An update that moves
-   a row to another key leaves twice, once for the old key's shard (its delete, keyed by
-   the old key) and once for the new key's (its upsert). A DDL row leaves once per shard:
-   every shard sees every DDL of the batch. ``before`` stays behind (nothing after needs
-   it), so the shuffle moves less;
+1. Spark SQL (in the JVM: no Python worker, no Arrow round trip) gives each change row
+   its copies and their shards: one copy keyed by ``key``, or, for an update that changed
+   the primary key (``before_key`` set), a delete copy keyed by ``before_key`` and a put
+   copy keyed by ``key`` (the roles of :func:`headwater.sinks.merge.route_row`); the
+   shard is ``pmod(xxhash64(database, table, key text), shards)``. A DDL row is copied
+   to every shard: every shard sees every DDL of the batch. Only the columns the apply
+   step reads go on (``before`` stays behind), so the shuffle moves less;
 2. ``repartition(shards, "part")`` moves rows to their shard's partition inside the JVM
-   (``part`` values are chosen so that shard *i* is partition *i*);
+   (``part``, a value picked per shard, is such that shard *i* is partition *i*);
 3. ``mapInArrow`` applies each partition's shard with its own connection and transaction
    (:meth:`SqlSink.apply_columns`: collapse on the columns, batched deletes and upserts,
    checkpoint), but only the changes before the batch's first DDL, and reports that DDL;
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from headwater.errors import SinkError
 from headwater.sinks.base import Change, as_change
-from headwater.sinks.merge import ROLE_KEY, ChangeColumns, route_row, sink_shard
+from headwater.sinks.merge import ROLE_KEY, ROLE_NEW, ROLE_OLD, ChangeColumns
 
 if TYPE_CHECKING:
     import pyarrow
@@ -65,9 +65,14 @@ _COLUMNS = (
     "after",
     "sql",
     "ts_us",
+    "before_key",
 )
-#: Columns the apply step reads (after routing: ``key`` canonical, ``before`` dropped).
-_APPLY_COLUMNS = (*(c for c in _COLUMNS if c != "before"), "role", "part")
+#: Columns the apply step reads (after routing: ``key`` is the copy's key).
+_APPLY_COLUMNS = (
+    *(c for c in _COLUMNS if c not in ("before", "before_key")),
+    "role",
+    "part",
+)
 
 _PART_KEYS: dict[int, list[int]] = {}
 _PART_LOCK = threading.Lock()
@@ -88,13 +93,7 @@ def write_sql_batch(sink: SqlSink, df: DataFrame, batch_id: int) -> None:
             # PySpark 4.3 warns that pandas 3 is "not fully supported" even for
             # mapInArrow, which does not use pandas.
             warnings.simplefilter("ignore", FutureWarning)
-            routed = segment.mapInArrow(
-                functools.partial(_route_batches, count, keys),
-                ", ".join(
-                    f"`{c}` {t}" for c, t in _column_types(rows) if c not in ("key", "before")
-                )
-                + ", `key` string, role int, part int",
-            ).repartition(count, "part")
+            routed = _routed(segment, count, keys).repartition(count, "part")
             applied = routed.mapInArrow(
                 functools.partial(_apply_partition, sink, batch_id, keys),
                 "shard int, result binary",
@@ -112,10 +111,6 @@ def write_sql_batch(sink: SqlSink, df: DataFrame, batch_id: int) -> None:
         stop = min(ddl, key=lambda c: c.sequence)
         sink.apply_ddl(stop, batch_id)
         low = stop.sequence
-
-
-def _column_types(df: DataFrame) -> list[tuple[str, str]]:
-    return [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
 
 
 def _part_keys(spark: SparkSession, count: int) -> list[int]:
@@ -142,50 +137,34 @@ def _part_keys(spark: SparkSession, count: int) -> list[int]:
     return keys
 
 
-def _route_batches(
-    count: int, keys: list[int], batches: Iterable[pyarrow.RecordBatch]
-) -> Iterator[pyarrow.RecordBatch]:
-    """Give each row copy its shard's partition key, role and canonical key
-    (:func:`headwater.sinks.merge.route_row`); DDL rows go to every shard. ``before`` is
-    read here and dropped: the apply step never needs it."""
-    import pyarrow as pa
+def _routed(rows: DataFrame, count: int, keys: list[int]) -> DataFrame:
+    """The routed copies of ``rows`` (module docstring, step 1): the apply columns with
+    ``key`` the copy's key text, ``role`` and ``part``."""
+    from pyspark.sql import functions as F
 
-    for batch in batches:
-        take: list[int] = []
-        parts: list[int] = []
-        roles: list[int] = []
-        texts: list[str | None] = []
-        ops = batch.column("op").to_pylist()
-        dbs = batch.column("database").to_pylist()
-        tables = batch.column("table").to_pylist()
-        key_col = batch.column("key").to_pylist()
-        befores = batch.column("before")
-        for i, op in enumerate(ops):
-            if op == "ddl":
-                for shard in range(count):
-                    take.append(i)
-                    parts.append(keys[shard])
-                    roles.append(ROLE_KEY)
-                    texts.append(None)
-                continue
-            before = befores[i].as_py() if op == "update" else None
-            for role, text in route_row(op, key_col[i], before):
-                take.append(i)
-                parts.append(keys[sink_shard(dbs[i], tables[i], text, count)])
-                roles.append(role)
-                texts.append(text)
-        if not take:
-            continue
-        out = batch.drop_columns(["key", "before"]).take(pa.array(take, pa.int64()))
-        yield pa.RecordBatch.from_arrays(
-            [
-                *out.columns,
-                pa.array(texts, pa.string()),
-                pa.array(roles, pa.int32()),
-                pa.array(parts, pa.int32()),
-            ],
-            names=[*out.schema.names, "key", "role", "part"],
-        )
+    def copy(role: int, key: str) -> Any:
+        return F.struct(F.lit(role).alias("role"), F.col(key).alias("k"))
+
+    moved = (F.col("op") == "update") & F.col("before_key").isNotNull()
+    copies = F.when(moved, F.array(copy(ROLE_OLD, "before_key"), copy(ROLE_NEW, "key")))
+    data = rows.where(F.col("op") != "ddl").withColumn(
+        "__hw_copy", F.explode(copies.otherwise(F.array(copy(ROLE_KEY, "key"))))
+    )
+    data = data.withColumn("key", F.col("__hw_copy.k")).withColumn("role", F.col("__hw_copy.role"))
+    data = data.withColumn("shard", F.pmod(F.xxhash64("database", "table", "key"), F.lit(count)))
+    ddl = (
+        rows.where(F.col("op") == "ddl")
+        .withColumn("role", F.lit(ROLE_KEY))
+        .withColumn("shard", F.explode(F.sequence(F.lit(0), F.lit(count - 1))))
+    )
+    part_of = F.array(*(F.lit(k) for k in keys))
+    apply_columns = [c for c in _APPLY_COLUMNS if c != "part"]
+    return (
+        data.select(*apply_columns, "shard")
+        .unionByName(ddl.select(*apply_columns, "shard"))
+        .withColumn("part", F.element_at(part_of, F.col("shard").cast("int") + 1).cast("int"))
+        .drop("shard")
+    )
 
 
 def _apply_partition(

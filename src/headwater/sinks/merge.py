@@ -32,8 +32,8 @@ update of the key sends the delete of the old key to the old key's shard (the sh
 applied the old key's earlier changes is the one that removes it). :func:`shard_of` hashes
 ``(database, table, key values)`` with the formula of the HTTP API's sharding
 (docs/formats.md, "Sharding"; the Parquet mirror's buckets); the SQL sinks' Spark glue
-uses :func:`sink_shard` on the canonical key text instead (below), which needs no decoding
-of the values.
+hashes the key's JSON text in Spark SQL instead (``xxhash64``), which needs no decoding
+of the values (headwater.sinks.glue).
 
 Tables without a primary key (``key`` is null in their change rows) are refused with a
 :class:`~headwater.errors.SinkError`: without a key there is no net effect to compute and
@@ -55,7 +55,21 @@ from headwater.errors import SinkError
 from headwater.position import Position
 from headwater.sinks.base import Change
 
-__all__ = ["KeyEvent", "NetEffect", "collapse", "explode", "key_id", "route", "shard_of"]
+__all__ = [
+    "ROLE_KEY",
+    "ROLE_NEW",
+    "ROLE_OLD",
+    "ChangeColumns",
+    "KeyEvent",
+    "NetEffect",
+    "collapse",
+    "collapse_columns",
+    "explode",
+    "key_id",
+    "route",
+    "route_row",
+    "shard_of",
+]
 
 PUT = "put"
 DELETE = "delete"
@@ -244,17 +258,16 @@ def route(changes: Iterable[Change], count: int) -> Iterator[tuple[int, KeyEvent
 #
 # The Spark glue moves change rows between the JVM and Python as Arrow columns. Building a
 # Change, two to four KeyEvents and a parsed JSON image per row cost more than everything
-# else in a micro-batch, so the glue routes and collapses on the columns instead, with the
-# same rules as explode() + collapse() above (tests/unit/sinks/test_sink_merge.py proves
-# them equal on random histories):
+# else in a micro-batch, so the glue routes (in Spark SQL) and collapses on the columns
+# instead, with the same rules as explode() + collapse() above (tests/unit/sinks/
+# test_sink_merge.py proves them equal on random histories):
 #
-# * routing (route_row) runs before the shuffle and gives each row copy a *role*: ROLE_KEY
-#   (the row's own key), or, for an update that changes the primary key, ROLE_OLD (the
-#   delete of the old key, routed and identified by the old key's text) and ROLE_NEW (the
-#   put of the new key, which creates it);
-# * keys are identified by their JSON text, made canonical here (orjson's rendering of the
-#   parsed key): the source renders keys one way, but canonical text makes the identity
-#   independent of how a key was written;
+# * each routed copy of a row has a *role*: ROLE_KEY (the row's own key), or, for an
+#   update that changed the primary key (its ``before_key`` column is set), ROLE_OLD (the
+#   delete of the old key, routed and identified by ``before_key``) and ROLE_NEW (the put
+#   of the new key, which creates it); route_row() states it, the glue's Spark SQL does it;
+# * keys are identified by their JSON text (the source renders ``key`` and ``before_key``
+#   of one key identically, and transforms rewrite both the same way);
 # * collapse_columns() parses JSON only for the keys and images of the net effects.
 
 ROLE_KEY = 0
@@ -262,38 +275,14 @@ ROLE_OLD = 1
 ROLE_NEW = 2
 
 
-def canonical_key(text: str) -> str:
-    """The canonical JSON text of a key given as JSON text."""
-    return orjson.dumps(orjson.loads(text)).decode()
-
-
-def sink_shard(database: str, table: str, key_text: str | None, count: int) -> int:
-    """The SQL sinks' shard of a key: ``crc32c(database NUL table NUL key) % count``, on
-    the canonical key text (a keyless row goes to shard 0, where applying it fails)."""
-    if key_text is None:
-        return 0
-    data = f"{database}\0{table}\0{key_text}".encode("utf-8", "surrogateescape")
-    return int(crc32c(data)) % count
-
-
 def route_row(
-    op: str, key_text: str | None, before_text: str | None
+    op: str, key_text: str | None, before_key_text: str | None
 ) -> list[tuple[int, str | None]]:
-    """``(role, canonical key text)`` for each copy of a change row the glue routes.
-
-    DDL is not routed here (every shard gets it). An update whose before image holds
-    different primary key values leaves twice (old key: ROLE_OLD; new key: ROLE_NEW)."""
-    if key_text is None:
-        return [(ROLE_KEY, None)]
-    key = orjson.loads(key_text)
-    text = orjson.dumps(key).decode()
-    if op == "update" and before_text is not None and isinstance(key, dict):
-        before = orjson.loads(before_text)
-        if all(c in before for c in key):
-            old = {c: before[c] for c in key}
-            if old != key:
-                return [(ROLE_OLD, orjson.dumps(old).decode()), (ROLE_NEW, text)]
-    return [(ROLE_KEY, text)]
+    """``(role, key text)`` of each copy of a change row (DDL aside): an update whose
+    ``before_key`` is set leaves twice (old key: ROLE_OLD; new key: ROLE_NEW)."""
+    if op == "update" and before_key_text is not None:
+        return [(ROLE_OLD, before_key_text), (ROLE_NEW, key_text)]
+    return [(ROLE_KEY, key_text)]
 
 
 @dataclass(slots=True)

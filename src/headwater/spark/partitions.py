@@ -37,7 +37,7 @@ from headwater.changes import ChangeRow, decode_record
 from headwater.position import Position
 from headwater.spark.logaccess import LocalLog, open_log
 from headwater.spark.offsets import LogOffset, SourceOptions
-from headwater.spark.schema import CHANGE_COLUMNS, change_arrow_schema, image_json
+from headwater.spark.schema import CHANGE_COLUMNS, before_key, change_arrow_schema, image_json
 from headwater.store import Record
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ class _Columns:
     def add(self, change: ChangeRow) -> None:
         (source, database, table, op, ts_us, commit_ts, change_id, file_num, offset,
          event_index, gtid, txn_id, sequence, key, before, after, schema_version,
-         sql) = self.columns  # fmt: skip
+         sql, old_key) = self.columns  # fmt: skip
         p = change.position
         source.append(change.source)
         database.append(change.database)
@@ -191,6 +191,8 @@ class _Columns:
         after.append(None if change.after is None else image_json(change.after))
         schema_version.append(change.schema_version)
         sql.append(change.sql)
+        old = before_key(change) if change.op == "update" else None
+        old_key.append(None if old is None else image_json(old))
         self.rows += 1
 
     def batch(self, schema: pyarrow.Schema) -> pyarrow.RecordBatch:

@@ -27,6 +27,8 @@ before          string    JSON object: the row before (null for insert)
 after           string    JSON object: the row after (null for delete)
 schema_version  long      schema history version in force
 sql             string    the statement, for ddl
+before_key      string    JSON object of the primary key values in ``before`` when an
+                          update changed them (null otherwise: the key is ``key``)
 =============== ========= =============================================================
 
 The Arrow schema (:data:`CHANGE_ARROW_SCHEMA`) and the Spark schema
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHANGE_COLUMNS",
     "CHANGE_SCHEMA_DDL",
+    "before_key",
     "change_arrow_schema",
     "change_row_values",
     "change_schema",
@@ -77,6 +80,7 @@ CHANGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("after", "string"),
     ("schema_version", "bigint"),
     ("sql", "string"),
+    ("before_key", "string"),
 )
 
 #: The schema as a Spark DDL string (``DataSource.schema()`` may return it as is).
@@ -123,6 +127,15 @@ def image_json(image: dict[str, Any] | None) -> str | None:
         return render_json(image).decode()[:-1]
 
 
+def before_key(change: ChangeRow) -> dict[str, Any] | None:
+    """The key values in ``before`` when an update changed them, else None."""
+    key, before = change.key, change.before
+    if change.op != "update" or not key or before is None or any(k not in before for k in key):
+        return None
+    old = {k: before[k] for k in key}
+    return None if old == key else old
+
+
 def change_row_values(change: ChangeRow) -> tuple[Any, ...]:
     """``change`` as a tuple in :data:`CHANGE_COLUMNS` order."""
     p = change.position
@@ -145,4 +158,5 @@ def change_row_values(change: ChangeRow) -> tuple[Any, ...]:
         image_json(change.after),
         change.schema_version,
         change.sql,
+        image_json(before_key(change)),
     )

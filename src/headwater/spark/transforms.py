@@ -22,9 +22,9 @@ Which changes a transform touches: ``tables``, anchored regular expressions over
 ``db.table`` (as in the reader's filters); empty means every table. DDL changes have no
 images; only database and table renames apply to them (their SQL text is left as is).
 
-The ``key`` image follows renames and masks (sinks merge by it, so it must name and hold
-what ``after`` does) but not include/exclude: excluding a primary key column removes it
-from the images only.
+The ``key`` and ``before_key`` images follow renames and masks (sinks merge and route by
+them, so they must name and hold what ``after`` and ``before`` do) but not
+include/exclude: excluding a primary key column removes it from the images only.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ __all__ = [
     "row_op",
 ]
 
-IMAGES = ("key", "before", "after")
+IMAGES = ("key", "before", "after", "before_key")
 _HELPER = "__hw_c"
 
 
@@ -263,7 +263,7 @@ def _per_table(tables: tuple[str, ...], edit: Callable[[Change], Change | None])
 def _edit_images(images: tuple[str, ...], fn: Callable[[dict[str, Any]], None]) -> RowOp:
     def edit(change: Change) -> Change:
         for name in images:
-            image = change[name]
+            image = change.get(name)  # before_key may be absent from a rule's dict
             if image is not None:
                 fn(image)
         return change
@@ -486,7 +486,7 @@ class _RowPass:
 
 def _parse(row: dict[str, Any]) -> Change:
     for name in IMAGES:
-        text = row[name]
+        text = row.get(name)
         if text is not None:
             row[name] = orjson.loads(text)
     return row
@@ -494,7 +494,7 @@ def _parse(row: dict[str, Any]) -> Change:
 
 def _dump(change: Change) -> Change:
     for name in IMAGES:
-        image = change[name]
+        image = change.get(name)
         if image is not None:
             change[name] = orjson.dumps(image).decode()
     return change

@@ -90,7 +90,7 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def changes(spark: SparkSession) -> DataFrame:
-    return spark.createDataFrame(ROWS, change_schema())
+    return spark.createDataFrame([(*r, None) for r in ROWS], change_schema())  # before_key
 
 
 def run(df: DataFrame, specs: list[TransformSpec]) -> list[dict[str, Any]]:
