@@ -599,8 +599,9 @@ static PyObject *Scanner_reset(Scanner *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 /* Append the frame of the finished transaction to the output. */
-static int emit_frame(Scanner *self, Out *o, const uint8_t *txn, uint64_t change_id, uint32_t file_num,
-                      uint64_t ts_us, uint64_t schema_version, char *gtid, size_t glen) {
+static int emit_frame(Scanner *self, Out *o, const uint8_t *txn, uint64_t seq,
+                      uint64_t change_id, uint32_t file_num, uint64_t ts_us,
+                      uint64_t schema_version, char *gtid, size_t glen) {
     size_t tlen = 0;
     for (int i = 0; i < self->ntables; i++) tlen += 2 + self->tables[i].shape->name_len + 8;
     size_t body_len = FIXED_SIZE + glen + tlen + self->scratch_len;
@@ -611,7 +612,7 @@ static int emit_frame(Scanner *self, Out *o, const uint8_t *txn, uint64_t change
     wr32(f + 4, 0);
     wr32(f + 8, (uint32_t)body_len);
     uint8_t *h = f + FRAME_PREFIX;
-    wr64(h, 0);                       /* seq: stamp() */
+    wr64(h, seq);                     /* 0: stamp() assigns it */
     wr64(h + 8, change_id);
     wr32(h + 16, file_num);
     wr64(h + 20, self->g_offset);
@@ -640,6 +641,8 @@ static int emit_frame(Scanner *self, Out *o, const uint8_t *txn, uint64_t change
         memcpy(q + 4, txn + self->ev_off[i], n);
         q += 4 + n;
     }
+    if (seq) /* the CRC while the bytes are in the cache; stamp() redoes it if seq changes */
+        wr32(f + 4, crc32c(0, f + 8, 4 + body_len));
     o->len += FRAME_PREFIX + body_len;
     return 0;
 }
@@ -650,6 +653,8 @@ static int emit_frame(Scanner *self, Out *o, const uint8_t *txn, uint64_t change
  *
  * buf[start:end] holds received packets; ``start`` is a transaction boundary (or the
  * start of the transaction a previous ST_MORE left under way, with the same start).
+ * ``seq0``: the store seq the first frame will get, if known: frames are then built
+ * with their seq and CRC (stamp() checks the seq and redoes both if it changed).
  * Frames are written to ``out`` (a bytearray, grown as needed, never shrunk: the caller
  * reuses it once nothing points into it). Returns (status, stop, seq, n, records,
  * n_events, last) where out[:n] holds ``records`` record frames (seq and CRC 0), ``stop`` the offset of the
@@ -661,24 +666,27 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"buf", "start", "end", "seq", "crc", "verify", "change_id",
                              "file_num", "schema_version", "chunk_bytes", "after_file",
                              "after_offset", "gtid_domain", "gtid_floor", "dropped",
-                             "max_out", "out", NULL};
-    Py_buffer view, dropped;
+                             "max_out", "out", "seq0", NULL};
+    /* keyword-only arguments are optional to the parser: the defaults below, but for
+     * ``dropped`` and ``out``, checked after parsing */
+    Py_buffer view, dropped = {0};
     Out o = {NULL, 0};
-    Py_ssize_t start, end, chunk_bytes, max_out;
-    int seq, crc_on, verify;
-    unsigned long long change_id, schema_version;
-    unsigned int file_num;
-    long long after_file, after_offset, gtid_domain, gtid_floor;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nni$ppKIKnLLLLy*nO!", kwlist, &view, &start,
+    Py_ssize_t start, end, chunk_bytes = 8 << 20, max_out = 4 << 20;
+    int seq, crc_on = 1, verify = 1;
+    unsigned long long change_id = 0, schema_version = 0, seq0 = 0;
+    unsigned int file_num = 0;
+    long long after_file = -1, after_offset = -1, gtid_domain = -1, gtid_floor = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nni|$ppKIKnLLLLy*nO!K", kwlist, &view, &start,
                                      &end, &seq, &crc_on, &verify, &change_id, &file_num,
                                      &schema_version, &chunk_bytes, &after_file, &after_offset,
                                      &gtid_domain, &gtid_floor, &dropped, &max_out,
-                                     &PyByteArray_Type, &o.ba))
+                                     &PyByteArray_Type, &o.ba, &seq0))
         return NULL;
     PyObject *result = NULL, *last = NULL;
     Py_ssize_t records = 0;
-    if (start < 0 || end > view.len || start > end || dropped.len != 256) {
-        PyErr_SetString(PyExc_ValueError, "scan: bad bounds or dropped mask");
+    if (start < 0 || end > view.len || start > end || dropped.obj == NULL ||
+        dropped.len != 256 || o.ba == NULL) {
+        PyErr_SetString(PyExc_ValueError, "scan: bad bounds, or no dropped mask or out buffer");
         goto fail;
     }
     const uint8_t *buf = view.buf;
@@ -818,7 +826,8 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
             int glen = format_gtid(gtid, self->g_domain, self->g_server, self->g_seq);
             uint64_t commit_us = (uint64_t)ts * 1000000u;
             uint64_t rec_ts = commit_us ? commit_us : (uint64_t)self->g_ts * 1000000u;
-            int r = emit_frame(self, &o, buf + txn_start, change_id, file_num, rec_ts, schema_version, gtid,
+            int r = emit_frame(self, &o, buf + txn_start, seq0 ? seq0 + (uint64_t)records : 0,
+                               change_id, file_num, rec_ts, schema_version, gtid,
                                (size_t)glen);
             if (r == -2) goto fail;
             if (r < 0) { status = ST_SLOW; break; }
@@ -953,7 +962,8 @@ static int parse_gtid(const uint8_t *p, size_t n, uint32_t *domain, uint64_t *se
  * stamp(frames, start, seq0, off0, seg_limit, block_bytes, interval, open_first, max_ts) -> (n, end, ends, blocks, block_bytes, max_ts)
  *
  * Assigns seq0, seq0 + 1, ... to the frames of ``frames`` from byte ``start`` on and
- * computes their CRC32C, in place, stopping before a frame that would start at or beyond
+ * computes their CRC32C, in place (a frame that already carries its seq was built with
+ * its CRC: scan's seq0), stopping before a frame that would start at or beyond
  * ``seg_limit`` (absolute offset; the first frame is always taken) -- the store rolls the
  * segment there. Follows the store's sparse index on the way (log.py ``_encode``):
  * ``blocks`` lists (i, max_ts before frame i, leaf) for the frames that open an index
@@ -991,8 +1001,10 @@ static PyObject *stamp(PyObject *Py_UNUSED(module), PyObject *args) {
             goto done;
         }
         uint8_t *h = b + p + FRAME_PREFIX;
-        wr64(h, seq);
-        wr32(b + p + 4, crc32c(0, b + p + 8, 4 + body_len));
+        if (rd64(h) != seq) { /* not built with this seq (scan's seq0): stamp it now */
+            wr64(h, seq);
+            wr32(b + p + 4, crc32c(0, b + p + 8, 4 + body_len));
+        }
         uint64_t ts = rd64(h + 32);
         size_t flen = FRAME_PREFIX + body_len;
         if (bb >= interval || (open_first && count == 0)) {

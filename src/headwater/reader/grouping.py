@@ -123,6 +123,9 @@ class FrameSink(RecordSink, Protocol):
 
     def append_frames(self, frames: memoryview, gtids: list[str] | None = None) -> int: ...
 
+    @property
+    def next_seq(self) -> int: ...
+
 
 @dataclass(slots=True)
 class Committed:
@@ -448,6 +451,9 @@ class Grouper:
         n = events = 0
         last_seq = 0
         last: tuple[int, int, int, int, int, int] | None = None
+        if self.pending:
+            self.flush()  # records keep their order (and the seqs of the frames hold)
+        sink: FrameSink = self.sink  # type: ignore[assignment]  # checked in __init__
         while True:
             out = self._out_buffer()
             status, start, seq, size, count, got, run = scanner.scan(
@@ -468,11 +474,9 @@ class Grouper:
                 dropped=self._dropped_mask,
                 max_out=max_out,
                 out=out,
+                seq0=sink.next_seq,
             )
             if run is not None:
-                if self.pending:
-                    self.flush()  # records keep their order
-                sink: FrameSink = self.sink  # type: ignore[assignment]  # checked in __init__
                 last_seq = sink.append_frames(memoryview(out)[:size])
                 n += count
                 events += got

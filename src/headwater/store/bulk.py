@@ -96,6 +96,12 @@ class FrameAppend:
 
         def _fail(self, e: BaseException) -> StoreError: ...
 
+    @property
+    def next_seq(self) -> int:
+        """The seq the next record appended will get (frames built with it need no
+        stamping: ``headwater._native.Scanner.scan``'s ``seq0``)."""
+        return self._next_seq
+
     def append_frames(self, frames: memoryview, gtids: list[str] | None = None) -> int:
         """Append whole-transaction frames (seq and CRC 0) in order; returns the last seq.
         ``gtids``: their GTID strings, if at hand (else the few the index needs as

@@ -18,6 +18,7 @@ corrupt CRC (both paths must fail the same way).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import random
 import struct
@@ -34,11 +35,12 @@ from headwater.binlog._packets import EventFramer
 from headwater.binlog.constants import EVENT_HEADER, EventType
 from headwater.binlog.framing import DumpSplitter
 from headwater.config import FilterConfig
-from headwater.errors import HeadwaterError
+from headwater.errors import CorruptRecordError, HeadwaterError
 from headwater.position import MariadbGtid, MariadbGtidPos, Position
 from headwater.reader.filters import TableFilter
 from headwater.reader.grouping import Committed, Grouper
 from headwater.store import ChangeLog, StoreOptions
+from headwater.store.segment import SEG, read_footer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "binlog"))
 from _binlog_encode import enc_prefixed, image, rows_body, table_map_body
@@ -212,8 +214,20 @@ class Feed:
         return n
 
 
+def segment_data(directory: Path) -> list[bytes]:
+    """The record bytes of every segment (frames, CRCs and all; no footer)."""
+    out = []
+    for path in sorted(directory.glob("*" + SEG)):
+        data = path.read_bytes()
+        with contextlib.suppress(CorruptRecordError):  # the active segment has no footer
+            data = data[: read_footer(str(path)).data_end]
+        out.append(data)
+    return out
+
+
 @dataclass
 class Outcome:
+    segments: list[bytes]
     records: list[tuple[object, ...]]
     dones: list[Committed]
     native: int
@@ -323,12 +337,13 @@ def run(
         for r in log.reader()
     ]
     log.close()
-    return Outcome(records, dones, grouper.native_transactions, error)
+    return Outcome(segment_data(tmp), records, dones, grouper.native_transactions, error)
 
 
 def same(a: Outcome, b: Outcome) -> None:
     """``b`` (native) stored what ``a`` (reference) stored and reported the same ends."""
     assert b.records == a.records
+    assert b.segments == a.segments  # the same bytes on disk, CRCs included
     assert b.error == a.error
     assert sum(d.transactions for d in b.dones) == len(a.dones)
     i = 0
