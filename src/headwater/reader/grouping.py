@@ -107,6 +107,9 @@ _ENDS = frozenset((_XID, _XA_PREPARE))
 _MARIADB_GTID_HEAD = struct.Struct("<QIB")  # seq_no, domain_id, flags (after the header)
 _unpack_mariadb_gtid = _MARIADB_GTID_HEAD.unpack_from
 _BEGIN = (b"BEGIN", b"XA START", b"START TRANSACTION")
+#: frame buffers kept for reuse (about 4 MiB each, Grouper._out_buffer): enough to cycle
+#: past the store's memory tail (32 MiB by default) without pinning much more
+_OUT_POOL = 16
 _END = (b"COMMIT", b"ROLLBACK", b"XA END", b"XA PREPARE")
 
 
@@ -514,14 +517,16 @@ class Grouper:
         pages are already mapped -- fresh memory costs a page fault per 4 KiB."""
         pool = self._outs
         for buf in pool:
+            if not buf:
+                return buf
             try:
-                buf.append(0)  # fails while a view of it is alive
+                last = buf.pop()  # fails while a view of it is alive (never reallocates)
             except BufferError:
                 continue
-            del buf[-1]
+            buf.append(last)
             return buf
         buf = bytearray()
-        if len(pool) < 64:
+        if len(pool) < _OUT_POOL:
             pool.append(buf)
         return buf
 
