@@ -139,31 +139,35 @@ def _part_keys(spark: SparkSession, count: int) -> list[int]:
 
 def _routed(rows: DataFrame, count: int, keys: list[int]) -> DataFrame:
     """The routed copies of ``rows`` (module docstring, step 1): the apply columns with
-    ``key`` the copy's key text, ``role`` and ``part``."""
+    ``key`` the copy's key text, ``role`` and ``part``. One projection and one explode
+    over the input (a union of two branches would read the source twice)."""
     from pyspark.sql import functions as F
 
-    def copy(role: int, key: str) -> Any:
-        return F.struct(F.lit(role).alias("role"), F.col(key).alias("k"))
+    def copy(role: int, key: Any, shard: Any = None) -> Any:
+        fixed = F.lit(None).cast("int") if shard is None else shard
+        return F.struct(F.lit(role).alias("role"), key.alias("k"), fixed.alias("s"))
 
-    moved = (F.col("op") == "update") & F.col("before_key").isNotNull()
-    copies = F.when(moved, F.array(copy(ROLE_OLD, "before_key"), copy(ROLE_NEW, "key")))
-    data = rows.where(F.col("op") != "ddl").withColumn(
-        "__hw_copy", F.explode(copies.otherwise(F.array(copy(ROLE_KEY, "key"))))
+    null_key = F.lit(None).cast("string")
+    every_shard = F.transform(
+        F.sequence(F.lit(0), F.lit(count - 1)), lambda i: copy(ROLE_KEY, null_key, i)
     )
-    data = data.withColumn("key", F.col("__hw_copy.k")).withColumn("role", F.col("__hw_copy.role"))
-    data = data.withColumn("shard", F.pmod(F.xxhash64("database", "table", "key"), F.lit(count)))
-    ddl = (
-        rows.where(F.col("op") == "ddl")
-        .withColumn("role", F.lit(ROLE_KEY))
-        .withColumn("shard", F.explode(F.sequence(F.lit(0), F.lit(count - 1))))
+    moved = (F.col("op") == "update") & F.col("before_key").isNotNull()
+    copies = (
+        F.when(F.col("op") == "ddl", every_shard)
+        .when(moved, F.array(copy(ROLE_OLD, F.col("before_key")), copy(ROLE_NEW, F.col("key"))))
+        .otherwise(F.array(copy(ROLE_KEY, F.col("key"))))
+    )
+    c = F.col("__hw_copy")
+    shard = F.coalesce(
+        c["s"], F.pmod(F.xxhash64("database", "table", c["k"]), F.lit(count)).cast("int")
     )
     part_of = F.array(*(F.lit(k) for k in keys))
-    apply_columns = [c for c in _APPLY_COLUMNS if c != "part"]
     return (
-        data.select(*apply_columns, "shard")
-        .unionByName(ddl.select(*apply_columns, "shard"))
-        .withColumn("part", F.element_at(part_of, F.col("shard").cast("int") + 1).cast("int"))
-        .drop("shard")
+        rows.withColumn("__hw_copy", F.explode(copies))
+        .withColumn("key", F.when(F.col("op") == "ddl", F.col("key")).otherwise(c["k"]))
+        .withColumn("role", c["role"])
+        .withColumn("part", F.element_at(part_of, shard + 1).cast("int"))
+        .select(*_APPLY_COLUMNS)
     )
 
 
