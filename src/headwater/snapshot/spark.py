@@ -234,8 +234,12 @@ class SnapshotRunner:
     def _warm_workers(self) -> threading.Thread:
         """Start Spark's Python workers (and their imports of this package) in a thread,
         while the driver plans: the first wave would otherwise wait for them."""
+        from headwater.sinks.mysql.bulk import bulk_target
+
         sc = self.spark.sparkContext
         width = max(1, min(sc.defaultParallelism, self.options.wave_chunks or 1 << 30))
+        if self.options.bulk and all(bulk_target(s, self.transforms) for s in self.sinks):
+            width = 1  # bulk waves of up to BULK_PER_TASK chunks are one Spark task
 
         def warm() -> None:
             try:
