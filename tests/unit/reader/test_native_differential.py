@@ -398,7 +398,7 @@ def test_generated_log_in_one_read_goes_native_for_most_transactions(tmp_path: P
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     seed=st.integers(0, 10_000),
@@ -412,7 +412,7 @@ def test_generated_logs_in_random_reads_store_the_same_records(
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(seed=st.integers(0, 10_000), sizes=st.lists(st.integers(1, 70_000), min_size=1, max_size=4))
 def test_resume_checks_skip_the_same_transactions(
