@@ -36,6 +36,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from headwater.errors import SinkError
+from headwater.gcpause import gc_paused
 from headwater.sinks.base import Change, as_change
 from headwater.sinks.merge import ROLE_KEY, ROLE_NEW, ROLE_OLD, ChangeColumns
 
@@ -172,6 +173,13 @@ def _routed(rows: DataFrame, count: int, keys: list[int]) -> DataFrame:
 
 
 def _apply_partition(
+    sink: SqlSink, batch_id: int, keys: list[int], batches: Iterable[pyarrow.RecordBatch]
+) -> Iterator[pyarrow.RecordBatch]:
+    with gc_paused():  # headwater.gcpause: most of this step's time otherwise
+        yield from _apply_batches(sink, batch_id, keys, batches)
+
+
+def _apply_batches(
     sink: SqlSink, batch_id: int, keys: list[int], batches: Iterable[pyarrow.RecordBatch]
 ) -> Iterator[pyarrow.RecordBatch]:
     import pyarrow as pa
