@@ -22,6 +22,12 @@ reads the records after ``seq`` and advances position and GTID set over them. Th
   :class:`~headwater.store.ChangeIdInfo`; transactions whose GTID the set holds are skipped;
 * first start: the configured start (earliest, latest, file, GTID set, timestamp).
 
+Reading: the socket is read by a :class:`~headwater.binlog.framing.DumpSplitter`, which
+offers the received bytes, at transaction boundaries, to the compiled scanner
+(``Grouper.native_scan``, checked against the resume position and GTID set like any
+transaction) and hands the rest to the event framer and ``Grouper.feed``; a run of
+transactions the scanner stored is reported as one :class:`Committed`.
+
 Errors: transient ones (lost connection, server restart, refused connection) reconnect
 with capped exponential back-off with jitter, trying the source's hosts in order; the
 others (wrong password, missing privilege, STATEMENT format, purged position, server_id
