@@ -39,6 +39,12 @@ last(high)]``. A wave's chunks start after the previous wave has written, so
 ``first(low)`` is above every record the previous waves wrote and no shard checkpoint
 skips them; the catch-up of the chunk's keys starts after ``last(high)``.
 
+Costs: the source builds each chunk's text in memory (at most ``max_allowed_packet``
+bytes, beyond which the chunk is read row by row), and all chunks of a wave run at once
+(:mod:`headwater.snapshot.spark`), so ``wave_chunks`` bounds both the source's extra
+memory and the concurrent loads on each target. The text passes through a temporary file
+of the Spark task's machine (``LOAD DATA LOCAL`` sends a named file).
+
 Difference from the general path: the rows of the load never pass through the sinks'
 checkpoint table (loads are idempotent range replacements instead), and the snapshot's
 ``read`` rows do not exist as change rows, so nothing of a bulk chunk is seen by a
