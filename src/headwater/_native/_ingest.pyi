@@ -4,6 +4,8 @@ SLOW: int
 MORE: int
 LIMIT: int
 SHAPE: int
+#: bit 0: CRC32C by SSE4.2, bit 1: CRC32 by PCLMULQDQ folding (self-checked at import)
+HW_CRC: int
 
 _Last = tuple[int, int, int, int, int, int]
 
@@ -52,3 +54,4 @@ def stamp(
 ) -> tuple[int, int, list[int], list[tuple[int, int, tuple[int, int, int] | None]], int, int]: ...
 def crc32c(data: Buffer, crc: int = 0) -> int: ...
 def crc32(data: Buffer) -> int: ...
+def _portable_crc(which: int, data: Buffer) -> int: ...

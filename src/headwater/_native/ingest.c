@@ -1076,7 +1076,20 @@ static PyObject *py_crc32(PyObject *Py_UNUSED(module), PyObject *args) {
     return PyLong_FromUnsignedLong(r);
 }
 
+/* The table versions, whatever the CPU has (tests check them where it has more). */
+static PyObject *py_portable(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer view;
+    int which;
+    if (!PyArg_ParseTuple(args, "iy*", &which, &view)) return NULL;
+    uint32_t r = which ? crc32c_sw(0, view.buf, (size_t)view.len)
+                       : ~crc32_raw(0xFFFFFFFFu, view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(r);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_portable_crc", py_portable, METH_VARARGS,
+     "_portable_crc(which, data): table CRC32 (0) or CRC32C (1), never the CPU instructions"},
     {"crc32", py_crc32, METH_VARARGS, "crc32(data): the binlog's CRC32 (zlib's), as the scan checks it"},
     {"stamp", stamp, METH_VARARGS, "assign seqs and CRC32Cs to record frames (see the source)"},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0): CRC32C, as the crc32c package"},
@@ -1089,12 +1102,18 @@ static struct PyModuleDef module_def = {
     NULL, NULL, NULL, NULL,
 };
 
+#ifdef HW_CRC
+#define HW_CRC_FLAGS (have_sse42 | have_pclmul << 1)
+#else
+#define HW_CRC_FLAGS 0
+#endif
+
 PyMODINIT_FUNC PyInit__ingest(void) {
     crc32c_init();
     crc32_init();
 #ifdef HW_CRC
     __builtin_cpu_init();
-    have_sse42 = __builtin_cpu_supports("sse4.2");
+    have_sse42 = __builtin_cpu_supports("sse4.2") != 0;
     have_pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1") &&
                   crc32_fold_ok();
 #endif
@@ -1105,7 +1124,8 @@ PyMODINIT_FUNC PyInit__ingest(void) {
         PyModule_AddIntConstant(m, "SLOW", ST_SLOW) < 0 ||
         PyModule_AddIntConstant(m, "MORE", ST_MORE) < 0 ||
         PyModule_AddIntConstant(m, "LIMIT", ST_LIMIT) < 0 ||
-        PyModule_AddIntConstant(m, "SHAPE", ST_SHAPE) < 0) {
+        PyModule_AddIntConstant(m, "SHAPE", ST_SHAPE) < 0 ||
+        PyModule_AddIntConstant(m, "HW_CRC", HW_CRC_FLAGS) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -446,3 +446,18 @@ def test_native_crc32_is_zlibs_on_short_and_long_events() -> None:
         data = rng.randbytes(n + 3)
         assert crc32(data[3:]) == zlib.crc32(data[3:])
         assert crc32(memoryview(data)[1 : n + 1]) == zlib.crc32(data[1 : n + 1])
+
+
+def test_the_portable_crcs_agree_with_zlib_and_crc32c() -> None:
+    """The table paths, used where the CPU lacks SSE4.2 / PCLMULQDQ; where it has them
+    (``HW_CRC``), the folding passed its self-check at import."""
+    from crc32c import crc32c as reference32c
+
+    from headwater._native import _ingest
+
+    rng = random.Random(9)
+    for n in [*range(0, 70), 255, 256, 1000, 65537]:
+        data = rng.randbytes(n)
+        assert _ingest._portable_crc(0, data) == zlib.crc32(data)
+        assert _ingest._portable_crc(1, data) == reference32c(data)
+    assert _ingest.HW_CRC in (0, 1, 2, 3)
