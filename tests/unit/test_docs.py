@@ -70,3 +70,13 @@ def test_pipeline_example_loads(path: Path) -> None:
     for sink in config.sinks:
         assert build_sink(sink, config) is not None
     assert "password:" not in path.read_text(encoding="utf-8")
+
+
+def test_cli_doc_holds_the_current_help_of_every_command() -> None:
+    spec = importlib.util.spec_from_file_location("gen_cli_doc", ROOT / "tools/gen_cli_doc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert text.count("```\nusage: headwater") == 8  # every command has its block
+    assert text == module.render(text), "run: .venv/bin/python tools/gen_cli_doc.py"
