@@ -92,7 +92,7 @@ def _connection(args: argparse.Namespace) -> object:
 
 def _run(args: argparse.Namespace) -> int:
     from headwater.errors import ConfigError
-    from headwater.snapshot.run import plan_snapshot, run_snapshot, stream_config
+    from headwater.snapshot.run import plan_snapshot, run_snapshot, stored_position, stream_config
     from headwater.snapshot.spark import SnapshotOptions
     from headwater.spark.pipeline_config import load_pipeline_config
     from headwater.spark.runner import PipelineRunner
@@ -114,6 +114,13 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps({"signal": ident, "table": table, "tables": tables}).decode())
         sys.stdout.write("\n")
         return 0
+    if args.mode == "snapshot_only" and stored_position(config.checkpoint) is not None:
+        raise ConfigError(
+            f"pipeline {config.name} has already streamed (its checkpoint holds offsets): a"
+            " snapshot run here would make its SQL sinks skip other tables' changes;"
+            " re-snapshot it with --signal (its configuration needs a snapshot section)",
+            field="--mode",
+        )
     keys = []
     for item in args.key:
         table, eq, cols = item.partition("=")
