@@ -8,11 +8,12 @@ snapshot signal is inserted into the signal table (``send_signal``, what
 ``headwater snapshot --signal`` does). The runner pauses the stream, re-snapshots the
 tables under its own checkpoint identity, resumes; after catch-up every target table
 equals its source row by row and by checksum, and the stream's checkpoint rows and the
-re-snapshot's are separate.
+re-snapshot's are separate. A signal naming a missing table does not stop the stream.
 """
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from pathlib import Path
@@ -95,9 +96,11 @@ def test_signal_resnapshots_damaged_targets_while_the_workload_runs(
     stop = threading.Event()
     errors: list[BaseException] = []
 
+    progress = io.StringIO()
+
     def run() -> None:
         try:
-            runner.run(stop=stop)
+            runner.run(stop=stop, progress=progress)
         except BaseException as exc:
             errors.append(exc)
 
@@ -147,6 +150,23 @@ def test_signal_resnapshots_damaged_targets_while_the_workload_runs(
             )
         }
         assert pipelines == {"resnap", f"resnap.resnap.{ident}"}
+        assert not (tmp_path / "ck_resnap" / "resnapshot-pending.json").exists()
+
+        # A signal naming a table that does not exist is reported, not fatal: the
+        # stream goes on.
+        send_signal(
+            ConnectionOptions(mariadb.host, mariadb.port, "root"),
+            [f"{db}.no_such_table"],
+            table=signal_table,
+        )
+        workload.run(20)
+        _wait(lambda: "failed" in progress.getvalue(), 120, "the bad signal's report", errors)
+        assert (
+            f"{db}.no_such_table" in progress.getvalue() or "no_such_table" in progress.getvalue()
+        )
+        _wait(lambda: _synced(mariadb, db, mariadb_target, postgres), 180,
+              "the sync after a bad signal", errors)  # fmt: skip
+        assert len(runner.resnapshots) == 1
         assert not (tmp_path / "ck_resnap" / "resnapshot-pending.json").exists()
     finally:
         stop.set()

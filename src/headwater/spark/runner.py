@@ -33,7 +33,9 @@ stream's untouched; the stream then goes on from ``S + 1`` and replays ``(S, E]`
 order on top, and replaying a suffix of the log in order over a state that the suffix's
 prefix produced gives the state the whole suffix gives (every change sets whole column
 values or deletes). A crash in the fraction of a second between a batch's commit and the
-pending file loses that batch's signals: send them again under a new id.
+pending file loses that batch's signals: send them again under a new id. A re-snapshot
+that fails (a signal naming a table that does not exist, a lost source) is reported on
+the progress stream and in the log, and the stream goes on without it.
 """
 
 from __future__ import annotations
@@ -477,7 +479,18 @@ class PipelineRunner:
                 requests.setdefault(request.id, request)
         results = []
         for request in requests.values():
-            result = self._resnapshot(request, out or sys.stderr)
+            try:
+                result = self._resnapshot(request, out or sys.stderr)
+            except Exception as exc:
+                # A signal naming a missing table, or one the snapshot cannot chunk, must
+                # not wedge the pipeline (the pending file would replay it at every
+                # start): report it and go on streaming.
+                log.error("re-snapshot %s failed: %s", request.id, exc, exc_info=True)
+                (out or sys.stderr).write(
+                    f"pipeline {self.config.name}: re-snapshot {request.id} failed: {exc};"
+                    " the stream goes on\n"
+                )
+                continue
             if result is not None:
                 results.append(result)
         path.unlink()
