@@ -133,8 +133,16 @@ class SqlDialect(ABC):
         database error at all."""
 
     @abstractmethod
+    def upsert_rendered(
+        self, table: str, columns: Sequence[str], key: Sequence[str], rows: str
+    ) -> str:
+        """An insert-or-update of the rows ``rows`` (SQL text ``(...), (...)``: literals
+        from :meth:`render_rows`, or ``%s`` placeholders)."""
+
     def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str], rows: int) -> str:
         """An insert-or-update of ``rows`` rows with ``%s`` placeholders."""
+        one = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        return self.upsert_rendered(table, columns, key, ", ".join([one] * rows))
 
     @abstractmethod
     def create_table_sql(self, schema: str, tdef: TableDef) -> list[str]:
@@ -166,12 +174,6 @@ class SqlDialect(ABC):
         """The rows as SQL text ``(v1, v2), (v3, v4)`` (values as literals), or None when
         this dialect binds parameters instead (the driver's own escaping is used)."""
         return None
-
-    def upsert_rendered(
-        self, table: str, columns: Sequence[str], key: Sequence[str], rows: str
-    ) -> str:
-        """:meth:`upsert_sql` around rows from :meth:`render_rows`."""
-        raise NotImplementedError
 
     def delete_rendered(self, table: str, key: Sequence[str], rows: str) -> str:
         """:meth:`delete_sql` around rows from :meth:`render_rows`."""

@@ -23,11 +23,29 @@ from headwater.schema.model import TableDef
 from headwater.sinks.base import Change, ConnectionOptions, SinkCapabilities, map_database
 from headwater.sinks.sql import SqlDialect, SqlSinkConfig
 
-__all__ = ["RETRYABLE_CODES", "MysqlDialect"]
+__all__ = ["RETRYABLE_CODES", "ZERO_DATE_MODES", "MysqlDialect", "configure_session"]
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_CODES = frozenset({1205, 1213, 1927, 2003, 2006, 2013, 4031})
+
+
+#: ``sql_mode`` flags dropped so that zero dates can be written as they came.
+ZERO_DATE_MODES = ("NO_ZERO_DATE", "NO_ZERO_IN_DATE")
+
+
+def configure_session(cur: Any, options: ConnectionOptions, drop_modes: Sequence[str]) -> None:
+    """A target session as the sinks need it: UTC, ``drop_modes`` removed from
+    ``sql_mode`` (none: left as it is), then the extra session variables of ``options``."""
+    cur.execute("SET time_zone = '+00:00'")
+    if drop_modes:
+        cur.execute("SELECT @@SESSION.sql_mode")
+        modes = [m for m in str(cur.fetchone()[0]).split(",") if m and m not in drop_modes]
+        cur.execute("SET SESSION sql_mode = %s", (",".join(modes),))
+    for name, value in options.session:
+        if not name.replace("_", "").isalnum():
+            raise ValueError(f"not a session variable name: {name!r}")
+        cur.execute(f"SET SESSION {name} = %s", (value,))
 
 
 class MysqlDialect(SqlDialect):
@@ -50,16 +68,8 @@ class MysqlDialect(SqlDialect):
         )
         try:
             with conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                if config.zero_dates == "keep":
-                    cur.execute("SELECT @@SESSION.sql_mode")
-                    modes = str(cur.fetchone()[0]).split(",")
-                    kept = [m for m in modes if m and m not in ("NO_ZERO_DATE", "NO_ZERO_IN_DATE")]
-                    cur.execute("SET SESSION sql_mode = %s", (",".join(kept),))
-                for name, value in options.session:
-                    if not name.replace("_", "").isalnum():
-                        raise ValueError(f"not a session variable name: {name!r}")
-                    cur.execute(f"SET SESSION {name} = %s", (value,))
+                zero = config.zero_dates == "keep"
+                configure_session(cur, options, ZERO_DATE_MODES if zero else ())
             conn.commit()
         except BaseException:
             conn.close()
@@ -75,10 +85,6 @@ class MysqlDialect(SqlDialect):
             return None
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         return code in RETRYABLE_CODES
-
-    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str], rows: int) -> str:
-        one = "(" + ", ".join(["%s"] * len(columns)) + ")"
-        return self.upsert_rendered(table, columns, key, ", ".join([one] * rows))
 
     def upsert_rendered(
         self, table: str, columns: Sequence[str], key: Sequence[str], rows: str

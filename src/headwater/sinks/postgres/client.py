@@ -147,9 +147,10 @@ class PostgresDialect(SqlDialect):
             return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
         return state in RETRYABLE_SQLSTATES or state.startswith("08")
 
-    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str], rows: int) -> str:
+    def upsert_rendered(
+        self, table: str, columns: Sequence[str], key: Sequence[str], rows: str
+    ) -> str:
         cols = ", ".join(self.ident(c) for c in columns)
-        one = "(" + ", ".join(["%s"] * len(columns)) + ")"
         update = [c for c in columns if c not in key]
         conflict = ", ".join(self.ident(c) for c in key)
         action = (
@@ -158,10 +159,7 @@ class PostgresDialect(SqlDialect):
             if update
             else "DO NOTHING"
         )
-        return (
-            f"INSERT INTO {table} ({cols}) VALUES {', '.join([one] * rows)}"
-            f" ON CONFLICT ({conflict}) {action}"
-        )
+        return f"INSERT INTO {table} ({cols}) VALUES {rows} ON CONFLICT ({conflict}) {action}"
 
     def create_table_sql(self, schema: str, tdef: TableDef) -> list[str]:
         lines = []
