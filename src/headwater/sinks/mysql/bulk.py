@@ -67,7 +67,7 @@ from typing import Any
 from headwater.errors import SinkError
 from headwater.schema.model import BINARY_TYPES, CHARACTER_TYPES, Column, TableDef
 from headwater.sinks.base import map_database
-from headwater.sinks.mysql.client import MysqlDialect
+from headwater.sinks.mysql.client import ZERO_DATE_MODES, MysqlDialect, configure_session
 from headwater.sinks.mysql.factory import MysqlSink
 from headwater.sinks.sql import SqlSinkConfig
 
@@ -207,17 +207,9 @@ class BulkTarget:
         )
         try:
             with conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
                 # No gap locks: loads of neighbouring ranges of one table run at once.
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                cur.execute("SELECT @@SESSION.sql_mode")
-                drop = ("NO_ZERO_DATE", "NO_ZERO_IN_DATE", "NO_BACKSLASH_ESCAPES")
-                modes = [m for m in str(cur.fetchone()[0]).split(",") if m and m not in drop]
-                cur.execute("SET SESSION sql_mode = %s", (",".join(modes),))
-                for name, value in options.session:
-                    if not name.replace("_", "").isalnum():
-                        raise ValueError(f"not a session variable name: {name!r}")
-                    cur.execute(f"SET SESSION {name} = %s", (value,))
+                configure_session(cur, options, (*ZERO_DATE_MODES, "NO_BACKSLASH_ESCAPES"))
             conn.commit()
         except BaseException:
             conn.close()
