@@ -63,8 +63,9 @@ from typing import Any
 from headwater.changes import ChangeRow
 from headwater.schema.model import TableDef
 from headwater.snapshot.chunking import range_predicate
-from headwater.snapshot.keys import KeyOrder, decode_key
+from headwater.snapshot.keys import decode_key
 from headwater.snapshot.watermarks import (
+    chunk_membership,
     first_seq_at,
     kid,
     master_status,
@@ -168,29 +169,6 @@ def read_lines(
     return rows
 
 
-def _in_chunk(
-    key_order: KeyOrder,
-    conn: Any,
-    window: list[ChangeRow],
-    key_cols: tuple[str, ...],
-    lo: tuple[Any, ...] | None,
-    hi: tuple[Any, ...] | None,
-) -> Callable[[dict[str, Any]], bool]:
-    """``in_chunk(key)`` for every key of the window's images (classified in one go)."""
-    bounds = [b for b in (lo, hi) if b is not None]
-    wanted = 1 if lo is not None else 0
-    keys: dict[str, tuple[Any, ...]] = {}
-    for change in window:
-        for image in (change.before, change.after):
-            key = _key(image, key_cols)
-            if key is not None:
-                keys[kid(key)] = tuple(key.values())
-    ids = list(keys)
-    found = key_order.classify([keys[i] for i in ids], bounds, conn)
-    inside = {i for i, n in zip(ids, found, strict=True) if n == wanted}
-    return lambda key: kid(key) in inside
-
-
 def run_bulk_chunk(
     task: Any, tlog: Any, conn: Any, tdef: TableDef, line: str, conns: Any
 ) -> Iterator[tuple[str, Any]]:
@@ -223,7 +201,14 @@ def run_bulk_chunk(
         first = first_seq_at(tlog.log, change_id, low)
         last = first_seq_at(tlog.log, change_id, high) - 1
         window = list(tlog.changes(first, last, {(task.database, task.table)}, task.source))
-        in_chunk = _in_chunk(task.key, conn, window, key_cols, lo, hi)
+        images = (im for ch in window for im in (ch.before, ch.after))
+        in_chunk = chunk_membership(
+            task.key,
+            conn,
+            (k for im in images if (k := _key(im, key_cols)) is not None),
+            lo,
+            hi,
+        )
         events = chunk_events(window, key_cols, in_chunk)
         conn.commit()
         loaded = time.monotonic()

@@ -34,6 +34,7 @@ from headwater.sinks.base import ConnectionOptions
 from headwater.snapshot.chunking import range_predicate
 from headwater.snapshot.keys import KeyOrder, decode_key
 from headwater.snapshot.watermarks import (
+    chunk_membership,
     first_seq_at,
     kid,
     master_status,
@@ -322,7 +323,13 @@ def _run(
     first = first_seq_at(tlog.log, change_id, low)
     last = first_seq_at(tlog.log, change_id, high) - 1
     window = list(tlog.changes(first, last, {(task.database, task.table)}, task.source))
-    in_chunk = _membership(task, conn, window, key_cols, lo, hi)
+    in_chunk = chunk_membership(
+        task.key,
+        conn,
+        ({c: ch.after.get(c) for c in key_cols} for ch in window if ch.after is not None),
+        lo,
+        hi,
+    )
     reconcile(rows, window, key_cols, in_chunk)
     conn.commit()
     position = Position(change_id, high.file_num, high.offset, 0)
@@ -358,25 +365,3 @@ def _run(
 def _version(tlog: TaskLog, position: Position) -> int:
     version_at = getattr(tlog.schema, "version_at", None)
     return int(version_at(position)) if version_at is not None else 0
-
-
-def _membership(
-    task: ChunkTask,
-    conn: Any,
-    window: list[ChangeRow],
-    key_cols: tuple[str, ...],
-    lo: tuple[Any, ...] | None,
-    hi: tuple[Any, ...] | None,
-) -> Callable[[dict[str, Any]], bool]:
-    """``in_chunk(key)`` for the after-keys of the window (classified in one go)."""
-    bounds = [b for b in (lo, hi) if b is not None]
-    wanted = 1 if lo is not None else 0
-    keys: dict[str, tuple[Any, ...]] = {}
-    for change in window:
-        if change.after is not None:
-            key = {c: change.after.get(c) for c in key_cols}
-            keys[kid(key)] = tuple(key.values())
-    ids = list(keys)
-    found = task.key.classify([keys[i] for i in ids], bounds, conn)
-    inside = {i for i, n in zip(ids, found, strict=True) if n == wanted}
-    return lambda key: kid(key) in inside

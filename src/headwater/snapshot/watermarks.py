@@ -67,6 +67,7 @@ __all__ = [
     "Coordinate",
     "SnapshotTimeout",
     "caught_up",
+    "chunk_membership",
     "master_status",
     "read_sequence",
     "reconcile",
@@ -215,6 +216,25 @@ def kid(key: dict[str, Any]) -> str:
     text = image_json(key)
     assert text is not None
     return text
+
+
+def chunk_membership(
+    key_order: Any,
+    conn: Any,
+    keys: Iterable[dict[str, Any]],
+    lo: tuple[Any, ...] | None,
+    hi: tuple[Any, ...] | None,
+) -> Callable[[dict[str, Any]], bool]:
+    """``in_chunk(key)`` for ``keys``: whether each lies in the chunk ``[lo, hi)``, all
+    classified by the source server in one go (``key_order``: a
+    :class:`~headwater.snapshot.keys.KeyOrder`)."""
+    bounds = [b for b in (lo, hi) if b is not None]
+    wanted = 1 if lo is not None else 0
+    found = {kid(key): tuple(key.values()) for key in keys}
+    ids = list(found)
+    where = key_order.classify([found[i] for i in ids], bounds, conn)
+    inside = {i for i, n in zip(ids, where, strict=True) if n == wanted}
+    return lambda key: kid(key) in inside
 
 
 def reconcile(
