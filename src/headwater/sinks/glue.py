@@ -81,15 +81,12 @@ _PART_LOCK = threading.Lock()
 
 def write_sql_batch(sink: SqlSink, df: DataFrame, batch_id: int) -> None:
     """Apply a micro-batch of change rows through ``sink`` (module docstring)."""
-    from pyspark.sql import functions as F
-
     sink.setup()
     count = sink.config.shards
     keys = _part_keys(df.sparkSession, count)
-    rows = df.select(*(F.col(c) for c in _COLUMNS))
     low: int | None = None
     while True:
-        segment = rows if low is None else rows.filter(F.col("sequence") > low)
+        segment = df if low is None else df.filter(f"sequence > {low}")
         with warnings.catch_warnings():
             # PySpark 4.3 warns that pandas 3 is "not fully supported" even for
             # mapInArrow, which does not use pandas.
@@ -141,35 +138,57 @@ def _part_keys(spark: SparkSession, count: int) -> list[int]:
 def _routed(rows: DataFrame, count: int, keys: list[int]) -> DataFrame:
     """The routed copies of ``rows`` (module docstring, step 1): the apply columns with
     ``key`` the copy's key text, ``role`` and ``part``. One projection and one explode
-    over the input (a union of two branches would read the source twice)."""
-    from pyspark.sql import functions as F
+    over the input (a union of two branches would read the source twice).
 
-    def copy(role: int, key: Any, shard: Any = None) -> Any:
-        fixed = F.lit(None).cast("int") if shard is None else shard
-        return F.struct(F.lit(role).alias("role"), key.alias("k"), fixed.alias("s"))
+    Built from SQL text, the same for every batch of a query: Spark caches generated code
+    by its text, and a Python ``lambda`` in a column expression (``F.transform``) gets a
+    fresh variable name each time it is built, which made every micro-batch compile its
+    whole-stage code anew (Janino, then the JIT: measured at 1-2 CPU-seconds per large
+    batch on two cores). Two ``selectExpr`` calls are also two py4j calls, where building
+    the columns one function at a time took about 150 ms per batch."""
+    return rows.selectExpr(*_passed(), _copies_sql(count)).selectExpr(*_routed_sql(count, keys))
 
-    null_key = F.lit(None).cast("string")
-    every_shard = F.transform(
-        F.sequence(F.lit(0), F.lit(count - 1)), lambda i: copy(ROLE_KEY, null_key, i)
-    )
-    moved = (F.col("op") == "update") & F.col("before_key").isNotNull()
-    copies = (
-        F.when(F.col("op") == "ddl", every_shard)
-        .when(moved, F.array(copy(ROLE_OLD, F.col("before_key")), copy(ROLE_NEW, F.col("key"))))
-        .otherwise(F.array(copy(ROLE_KEY, F.col("key"))))
-    )
-    c = F.col("__hw_copy")
-    shard = F.coalesce(
-        c["s"], F.pmod(F.xxhash64("database", "table", c["k"]), F.lit(count)).cast("int")
-    )
-    part_of = F.array(*(F.lit(k) for k in keys))
+
+@functools.cache
+def _passed() -> tuple[str, ...]:
+    return tuple(f"`{c}`" for c in _COLUMNS)
+
+
+@functools.cache
+def _copies_sql(count: int) -> str:
+    """``explode`` of each row's copies: ``struct<role, k (key text), s (fixed shard)>``."""
+
+    def copy(role: int, key: str, shard: str = "CAST(NULL AS INT)") -> str:
+        return f"named_struct('role', {role}, 'k', {key}, 's', {shard})"
+
+    every_shard = ", ".join(copy(ROLE_KEY, "CAST(NULL AS STRING)", str(i)) for i in range(count))
     return (
-        rows.withColumn("__hw_copy", F.explode(copies))
-        .withColumn("key", F.when(F.col("op") == "ddl", F.col("key")).otherwise(c["k"]))
-        .withColumn("role", c["role"])
-        .withColumn("part", F.element_at(part_of, shard + 1).cast("int"))
-        .select(*_APPLY_COLUMNS)
+        "explode(CASE"
+        f" WHEN op = 'ddl' THEN array({every_shard})"
+        " WHEN op = 'update' AND before_key IS NOT NULL"
+        f" THEN array({copy(ROLE_OLD, 'before_key')}, {copy(ROLE_NEW, '`key`')})"
+        f" ELSE array({copy(ROLE_KEY, '`key`')}) END) AS __hw_copy"
     )
+
+
+@functools.cache
+def _routed_sql_cached(count: int, keys: tuple[int, ...]) -> tuple[str, ...]:
+    shard = (
+        "COALESCE(__hw_copy.s,"
+        f" CAST(pmod(xxhash64(`database`, `table`, __hw_copy.k), {count}) AS INT))"
+    )
+    part_of = ", ".join(str(k) for k in keys)
+    derived = {
+        "key": "CASE WHEN op = 'ddl' THEN `key` ELSE __hw_copy.k END AS `key`",
+        "role": "__hw_copy.role AS role",
+        "part": f"CAST(element_at(array({part_of}), {shard} + 1) AS INT) AS part",
+    }
+    return tuple(derived.get(c, f"`{c}`") for c in _APPLY_COLUMNS)
+
+
+def _routed_sql(count: int, keys: list[int]) -> tuple[str, ...]:
+    """The output columns of the routing projection, in :data:`_APPLY_COLUMNS` order."""
+    return _routed_sql_cached(count, tuple(keys))
 
 
 def _apply_partition(
