@@ -44,9 +44,12 @@ from headwater.errors import BinlogFormatError, TruncatedError
 from headwater.position import Position
 
 __all__ = [
+    "ChangeBlock",
     "ChangeRow",
     "SchemaLookup",
     "TableFilter",
+    "block_changes",
+    "decode_blocks",
     "decode_record",
     "encode_events",
     "is_ddl",
@@ -146,6 +149,50 @@ def is_ddl(query: QueryEvent) -> bool:
     return _NOT_DDL.match(query.query_bytes) is None
 
 
+@dataclass(slots=True)
+class ChangeBlock:
+    """The changes of one event of a record, undecoded into dicts: one rows event's rows
+    (``op`` insert/update/delete) or one DDL statement (``op == "ddl"``, ``sql`` set).
+
+    ``first`` is the index of its first change among the record's changes (its sequence
+    is ``record.seq << 24 | first``); ``rows`` are the rows event's value tuples (pairs
+    of tuples for updates) whose names are ``before_names`` / ``after_names``;
+    ``key_names`` as in :class:`ChangeRow` (``None``: unknown). :func:`decode_record`
+    builds :class:`ChangeRow` s from these; the Spark source builds its columns from them
+    directly, without a dict per image where it needs only JSON text.
+    """
+
+    database: str
+    table: str
+    op: str
+    position: Position
+    first: int
+    rows: list[Any]
+    before_names: list[str]
+    after_names: list[str]
+    key_names: tuple[str, ...] | None
+    sql: str | None = None
+
+    def __len__(self) -> int:
+        return 1 if self.op == "ddl" else len(self.rows)
+
+    def images(self) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+        """``(before, after)`` dicts of each row (``None`` where the event has none)."""
+        before_names, after_names = self.before_names, self.after_names
+        if self.op == "update":
+            for b, a in self.rows:
+                yield (
+                    dict(zip(before_names, b, strict=True)),
+                    dict(zip(after_names, a, strict=True)),
+                )
+        elif self.op == "insert":
+            for a in self.rows:
+                yield None, dict(zip(after_names, a, strict=True))
+        else:
+            for b in self.rows:
+                yield dict(zip(before_names, b, strict=True)), None
+
+
 def decode_record(
     record: Any,
     *,
@@ -161,16 +208,55 @@ def decode_record(
     :class:`~headwater.errors.BinlogFormatError` naming the record's position on bytes
     that do not decode.
     """
+    out: list[ChangeRow] = []
+    for block in decode_blocks(record, source=source, fde=fde, schema=schema, want=want):
+        out += block_changes(record, block, source)
+    return out
+
+
+def block_changes(record: Any, block: ChangeBlock, source: str) -> list[ChangeRow]:
+    """The :class:`ChangeRow` s of one block of ``record``."""
+    gtid: str = record.gtid
+    base: Position = record.position
+    txn_id = gtid or f"{base.file_num}:{base.offset}"
+    ts_us: int = record.ts_us
+    version: int = record.schema_version
+    database, table, op, position = block.database, block.table, block.op, block.position
+    n = (record.seq << 24) | block.first
+    if op == "ddl":
+        return [
+            ChangeRow(source, database, "", "ddl", ts_us, position, gtid, txn_id, n,
+                      None, None, None, version, block.sql)
+        ]  # fmt: skip
+    out: list[ChangeRow] = []
+    key_names = block.key_names
+    for before, after in block.images():
+        image = after if after is not None else before
+        key = None if key_names is None or image is None else {k: image.get(k) for k in key_names}
+        out.append(
+            ChangeRow(source, database, table, op, ts_us, position, gtid, txn_id, n,
+                      key, before, after, version)
+        )  # fmt: skip
+        n += 1
+    return out
+
+
+def decode_blocks(
+    record: Any,
+    *,
+    source: str,
+    fde: FormatDescription | None,
+    schema: SchemaLookup | None = None,
+    want: TableFilter | None = None,
+) -> list[ChangeBlock]:
+    """The change blocks of one stored record, in order (as :func:`decode_record`)."""
     base: Position = record.position
     where = f"{source} record {record.seq} at {base}"
     ctx = DecodeContext(fde=fde, source=where)
     if schema is not None:
         ctx.columns = lambda table_map: schema.columns_for(table_map, base)
-    gtid: str = record.gtid
-    txn_id = gtid or f"{base.file_num}:{base.offset}"
-    out: list[ChangeRow] = []
+    out: list[ChangeBlock] = []
     n = 0
-    seq0 = record.seq << 24
     skip_ids: set[int] = set()
     for index, raw in enumerate(iter_payload_events(record.payload, source=where)):
         type_code = raw.type_code
@@ -184,60 +270,38 @@ def decode_record(
             raise e.located(
                 source=where, offset=raw.offset, event_type=event_type_name(type_code)
             ) from None
-        position = Position(base.change_id, base.file_num, base.offset, base.event_index + index)
         if isinstance(event, TableMap):
             if want is not None and not want(event.schema, event.table):
                 skip_ids.add(event.table_id)
             else:
                 skip_ids.discard(event.table_id)
         elif isinstance(event, RowsEvent):
+            position = Position(
+                base.change_id, base.file_num, base.offset, base.event_index + index
+            )
             tm = event.table_map
             columns = ctx.columns(tm) if ctx.columns is not None else None
             names = event.column_names(columns)
-            key_names = _key_names(tm, names, schema, position)
-            for before, after in _images(event, names):
-                image = after if after is not None else before
-                key = (
-                    None
-                    if key_names is None or image is None
-                    else {k: image.get(k) for k in key_names}
-                )
-                out.append(
-                    ChangeRow(
-                        source,
-                        tm.schema,
-                        tm.table,
-                        event.kind,
-                        record.ts_us,
-                        position,
-                        gtid,
-                        txn_id,
-                        seq0 | n,
-                        key,
-                        before,
-                        after,
-                        record.schema_version,
-                    )
-                )
-                n += 1
+            block = ChangeBlock(
+                tm.schema,
+                tm.table,
+                event.kind,
+                position,
+                n,
+                event.rows,
+                [names[i] for i in event.columns_before],
+                [names[i] for i in event.columns_after],
+                _key_names(tm, names, schema, position),
+            )
+            if block.rows:
+                out.append(block)
+                n += len(block.rows)
         elif isinstance(event, QueryEvent) and is_ddl(event):
+            position = Position(
+                base.change_id, base.file_num, base.offset, base.event_index + index
+            )
             out.append(
-                ChangeRow(
-                    source,
-                    event.schema,
-                    "",
-                    "ddl",
-                    record.ts_us,
-                    position,
-                    gtid,
-                    txn_id,
-                    seq0 | n,
-                    None,
-                    None,
-                    None,
-                    record.schema_version,
-                    event.query,
-                )
+                ChangeBlock(event.schema, "", "ddl", position, n, [], [], [], None, event.query)
             )
             n += 1
     return out
@@ -251,20 +315,3 @@ def _key_names(
     if schema is not None:
         return schema.primary_key_for(tm.schema, tm.table, position)
     return None
-
-
-def _images(
-    event: RowsEvent, names: Sequence[str]
-) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
-    before_names = [names[i] for i in event.columns_before]
-    after_names = [names[i] for i in event.columns_after]
-    rows: list[Any] = event.rows
-    if event.kind == "update":
-        for b, a in rows:
-            yield dict(zip(before_names, b, strict=True)), dict(zip(after_names, a, strict=True))
-    elif event.kind == "insert":
-        for a in rows:
-            yield None, dict(zip(after_names, a, strict=True))
-    else:
-        for b in rows:
-            yield dict(zip(before_names, b, strict=True)), None

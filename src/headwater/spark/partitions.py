@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
 
-from headwater.changes import ChangeRow, decode_record
+from headwater.changes import ChangeBlock, ChangeRow, decode_blocks, decode_record
 from headwater.gcpause import gc_paused
 from headwater.position import Position
 from headwater.spark.logaccess import LocalLog, open_log
 from headwater.spark.offsets import LogOffset, SourceOptions
-from headwater.spark.schema import CHANGE_COLUMNS, before_key, change_arrow_schema, image_json
+from headwater.spark.schema import CHANGE_COLUMNS, change_arrow_schema, image_json
 from headwater.store import Record
 
 if TYPE_CHECKING:
@@ -162,45 +162,123 @@ def plan_slices(
 
 
 class _Columns:
-    """One Arrow record batch being built, column by column (no per-row tuple, and the
-    ``commit_ts`` column is built from ``ts_us`` integers, not datetimes)."""
+    """One Arrow record batch being built, column by column, a block of rows at a time.
+
+    Columns that are the same for every row of a rows event (names, position, commit
+    time, transaction) are extended by the block, not appended per row; images go from
+    the decoder's value tuples to JSON text through one dict each (no :class:`ChangeRow`),
+    and the ``commit_ts`` column is built from ``ts_us`` integers, not datetimes."""
 
     def __init__(self) -> None:
         self.columns: list[list[Any]] = [[] for _ in CHANGE_COLUMNS]
         self.rows = 0
 
-    def add(self, change: ChangeRow) -> None:
-        (source, database, table, op, ts_us, commit_ts, change_id, file_num, offset,
+    def add_block(self, block: ChangeBlock, record: Record, source: str, lo: int, hi: int) -> None:
+        """Rows ``[lo, hi)`` of ``block`` (indexes within the block) of ``record``."""
+        (sources, database, table, op, ts_us, commit_ts, change_id, file_num, offset,
          event_index, gtid, txn_id, sequence, key, before, after, schema_version,
          sql, old_key) = self.columns  # fmt: skip
-        p = change.position
-        source.append(change.source)
-        database.append(change.database)
-        table.append(change.table)
-        op.append(change.op)
-        ts_us.append(change.ts_us)
-        commit_ts.append(change.ts_us)
-        change_id.append(p.change_id)
-        file_num.append(p.file_num)
-        offset.append(p.offset)
-        event_index.append(p.event_index)
-        gtid.append(change.gtid)
-        txn_id.append(change.txn_id)
-        sequence.append(change.sequence)
-        key.append(None if change.key is None else image_json(change.key))
-        before.append(None if change.before is None else image_json(change.before))
-        after.append(None if change.after is None else image_json(change.after))
-        schema_version.append(change.schema_version)
-        sql.append(change.sql)
-        old = before_key(change) if change.op == "update" else None
-        old_key.append(None if old is None else image_json(old))
-        self.rows += 1
+        m = hi - lo
+        p = block.position
+        gtid_text: str = record.gtid
+        for column, value in (
+            (sources, source),
+            (database, block.database),
+            (table, block.table),
+            (op, block.op),
+            (ts_us, record.ts_us),
+            (commit_ts, record.ts_us),
+            (change_id, p.change_id),
+            (file_num, p.file_num),
+            (offset, p.offset),
+            (event_index, p.event_index),
+            (gtid, gtid_text),
+            (txn_id, gtid_text or f"{p.file_num}:{p.offset}"),
+            (schema_version, record.schema_version),
+        ):
+            column += [value] * m
+        first = (record.seq << 24) | block.first
+        sequence += range(first + lo, first + hi)
+        if block.op == "ddl":
+            key.append(None)
+            before.append(None)
+            after.append(None)
+            old_key.append(None)
+            sql.append(block.sql)
+        else:
+            sql += [None] * m
+            _images(block, lo, hi, key, before, after, old_key)
+        self.rows += m
 
     def batch(self, schema: pyarrow.Schema) -> pyarrow.RecordBatch:
         import pyarrow as pa
 
         arrays = [pa.array(col, type=f.type) for col, f in zip(self.columns, schema, strict=True)]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _key_picks(key_names: tuple[str, ...] | None, names: list[str]) -> list[tuple[str, int]] | None:
+    """``(name, index in the image)`` of each key column (``-1``: not in the image)."""
+    if key_names is None:
+        return None
+    where = {name: i for i, name in enumerate(names)}
+    return [(k, where.get(k, -1)) for k in key_names]
+
+
+def _key_of(picks: list[tuple[str, int]], values: Sequence[Any]) -> dict[str, Any]:
+    return {k: None if i < 0 else values[i] for k, i in picks}
+
+
+def _images(
+    block: ChangeBlock,
+    lo: int,
+    hi: int,
+    key: list[str | None],
+    before: list[str | None],
+    after: list[str | None],
+    old_key: list[str | None],
+) -> None:
+    """The JSON columns of rows ``[lo, hi)`` of a rows block: the same text as
+    :func:`~headwater.spark.schema.image_json` of :class:`ChangeRow` images, and
+    ``before_key`` as :func:`~headwater.spark.schema.before_key`."""
+    rows = block.rows[lo:hi]
+    m = len(rows)
+    kind = block.op
+    if kind == "insert":
+        names = block.after_names
+        picks = _key_picks(block.key_names, names)
+        for a in rows:
+            after.append(image_json(dict(zip(names, a, strict=True))))
+            key.append(None if picks is None else image_json(_key_of(picks, a)))
+        before += [None] * m
+        old_key += [None] * m
+    elif kind == "delete":
+        names = block.before_names
+        picks = _key_picks(block.key_names, names)
+        for b in rows:
+            before.append(image_json(dict(zip(names, b, strict=True))))
+            key.append(None if picks is None else image_json(_key_of(picks, b)))
+        after += [None] * m
+        old_key += [None] * m
+    else:  # update: the key is the after image's; before_key is set when it changed
+        bnames, anames = block.before_names, block.after_names
+        picks = _key_picks(block.key_names, anames)
+        # before_key needs every key column in the before image (a MINIMAL image may
+        # lack them: then it is unknown, None).
+        old_picks = _key_picks(block.key_names, bnames)
+        if picks and old_picks and any(i < 0 for _k, i in old_picks):
+            old_picks = None
+        for b, a in rows:
+            before.append(image_json(dict(zip(bnames, b, strict=True))))
+            after.append(image_json(dict(zip(anames, a, strict=True))))
+            if picks is None:
+                key.append(None)
+                old_key.append(None)
+                continue
+            new = _key_of(picks, a)
+            key.append(image_json(new))
+            old = None if not new or old_picks is None else _key_of(old_picks, b)
+            old_key.append(None if old is None or old == new else image_json(old))
 
 
 def read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
@@ -220,17 +298,28 @@ def _read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
     try:
         rows = _Columns()
         end = hi_seq + 1 if hi_row > 0 else hi_seq
+        want = None if options.tables.patterns is None else options.tables
         for rec in log.records(lo_seq, end):
             if not options.tables.record_wanted(rec.tables):
                 continue
-            changes = changes_of(rec, options, log)
+            blocks = decode_blocks(
+                rec, source=options.source_name, fde=log.fde, schema=log.schema, want=want
+            )
             first = lo_row if rec.seq == lo_seq else 0
             stop = hi_row if rec.seq == hi_seq else None
-            for i in _emitted(changes, options, first, stop):
-                rows.add(changes[i])
-                if rows.rows >= BATCH_ROWS:
-                    yield rows.batch(schema)
-                    rows = _Columns()
+            for block in blocks:
+                # The block's rows in [first, stop) of the record's changes (_emitted).
+                if block.op == "ddl" and not options.ddl:
+                    continue
+                lo = max(first - block.first, 0)
+                hi = len(block) if stop is None else min(stop - block.first, len(block))
+                while lo < hi:
+                    take = min(hi - lo, BATCH_ROWS - rows.rows)
+                    rows.add_block(block, rec, options.source_name, lo, lo + take)
+                    lo += take
+                    if rows.rows >= BATCH_ROWS:
+                        yield rows.batch(schema)
+                        rows = _Columns()
         if rows.rows:
             yield rows.batch(schema)
     finally:
