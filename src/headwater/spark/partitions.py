@@ -27,12 +27,14 @@ picklable values (options and two offsets) holding no open handle.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from pyspark.sql.datasource import InputPartition
 
+from headwater.binlog.dump import json_default
 from headwater.changes import ChangeBlock, ChangeRow, decode_blocks, decode_record
 from headwater.gcpause import gc_paused
 from headwater.position import Position
@@ -229,56 +231,86 @@ def _key_of(picks: list[tuple[str, int]], values: Sequence[Any]) -> dict[str, An
     return {k: None if i < 0 else values[i] for k, i in picks}
 
 
+_Json = str | None
+
+
 def _images(
     block: ChangeBlock,
     lo: int,
     hi: int,
-    key: list[str | None],
-    before: list[str | None],
-    after: list[str | None],
-    old_key: list[str | None],
+    key: list[_Json],
+    before: list[_Json],
+    after: list[_Json],
+    old_key: list[_Json],
 ) -> None:
     """The JSON columns of rows ``[lo, hi)`` of a rows block: the same text as
     :func:`~headwater.spark.schema.image_json` of :class:`ChangeRow` images, and
-    ``before_key`` as :func:`~headwater.spark.schema.before_key`."""
+    ``before_key`` as :func:`~headwater.spark.schema.before_key`.
+
+    orjson refuses strings holding surrogate escapes (bytes invalid in the column's
+    charset) with a TypeError; then the block is done again through ``image_json``,
+    which renders them."""
+    marks = (len(key), len(before), len(after), len(old_key))
+    try:
+        _block_json(block, lo, hi, key, before, after, old_key, _fast_json)
+    except TypeError:
+        for column, mark in zip((key, before, after, old_key), marks, strict=True):
+            del column[mark:]
+        _block_json(block, lo, hi, key, before, after, old_key, image_json)
+
+
+def _fast_json(image: dict[str, Any]) -> str:
+    return orjson.dumps(image, default=json_default).decode()
+
+
+def _block_json(
+    block: ChangeBlock,
+    lo: int,
+    hi: int,
+    key: list[_Json],
+    before: list[_Json],
+    after: list[_Json],
+    old_key: list[_Json],
+    dumps: Callable[[dict[str, Any]], _Json],
+) -> None:
     rows = block.rows[lo:hi]
     m = len(rows)
     kind = block.op
-    if kind == "insert":
-        names = block.after_names
+    if kind != "update":
+        names = block.after_names if kind == "insert" else block.before_names
         picks = _key_picks(block.key_names, names)
-        for a in rows:
-            after.append(image_json(dict(zip(names, a, strict=True))))
-            key.append(None if picks is None else image_json(_key_of(picks, a)))
-        before += [None] * m
+        images = [dumps(dict(zip(names, row, strict=True))) for row in rows]
+        if picks is None:
+            keys: list[_Json] = [None] * m
+        elif len(picks) == 1 and picks[0][1] >= 0:  # the usual one-column key
+            k, i = picks[0]
+            keys = [dumps({k: row[i]}) for row in rows]
+        else:
+            keys = [dumps(_key_of(picks, row)) for row in rows]
+        key += keys
+        (after if kind == "insert" else before).extend(images)
+        (before if kind == "insert" else after).extend([None] * m)
         old_key += [None] * m
-    elif kind == "delete":
-        names = block.before_names
-        picks = _key_picks(block.key_names, names)
-        for b in rows:
-            before.append(image_json(dict(zip(names, b, strict=True))))
-            key.append(None if picks is None else image_json(_key_of(picks, b)))
-        after += [None] * m
-        old_key += [None] * m
-    else:  # update: the key is the after image's; before_key is set when it changed
-        bnames, anames = block.before_names, block.after_names
-        picks = _key_picks(block.key_names, anames)
-        # before_key needs every key column in the before image (a MINIMAL image may
-        # lack them: then it is unknown, None).
-        old_picks = _key_picks(block.key_names, bnames)
-        if picks and old_picks and any(i < 0 for _k, i in old_picks):
-            old_picks = None
-        for b, a in rows:
-            before.append(image_json(dict(zip(bnames, b, strict=True))))
-            after.append(image_json(dict(zip(anames, a, strict=True))))
-            if picks is None:
-                key.append(None)
-                old_key.append(None)
-                continue
-            new = _key_of(picks, a)
-            key.append(image_json(new))
-            old = None if not new or old_picks is None else _key_of(old_picks, b)
-            old_key.append(None if old is None or old == new else image_json(old))
+        return
+    # An update: the key is the after image's; before_key is set when it changed.
+    bnames, anames = block.before_names, block.after_names
+    picks = _key_picks(block.key_names, anames)
+    # before_key needs every key column in the before image (a MINIMAL image may lack
+    # them: then it is unknown, None).
+    old_picks = _key_picks(block.key_names, bnames)
+    if picks and old_picks and any(i < 0 for _k, i in old_picks):
+        old_picks = None
+    for b, a in rows:
+        before.append(dumps(dict(zip(bnames, b, strict=True))))
+        after.append(dumps(dict(zip(anames, a, strict=True))))
+        if picks is None:
+            key.append(None)
+            old_key.append(None)
+            continue
+        new = _key_of(picks, a)
+        key.append(dumps(new))
+        old = None if not new or old_picks is None else _key_of(old_picks, b)
+        old_key.append(None if old is None or old == new else dumps(old))
 
 
 def read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
