@@ -12,8 +12,10 @@ Starts a sandbox source MariaDB (binlog on) and a target MariaDB. Then, in the s
     autocommit) through PyMySQL -- what a small hand-written replicator does;
   - ``headwater``: a pipeline is a long-running service, so it runs as one: the reader
     task and the streaming query (``headwater pipeline``: Spark, MySQL sink, 2 shards,
-    target database ``bench_hw``) are started first and warmed on a small table, then
-    the reader is stopped while the workload is committed. The clock starts when the
+    target database ``bench_hw``) are started first and warmed (``WARM_ROUNDS`` rounds
+    of about 75 000 changes to another table go through the same path, so that the
+    JVM's JIT compiler has compiled the hot code, as in a service that has been
+    running), then the reader is stopped while the workload is committed. The clock starts when the
     reader restarts (it resumes from its stored position: the whole workload is behind
     it) and stops when the query has applied the last record the reader stored.
 
@@ -41,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +64,12 @@ TABLE = (
     "CREATE TABLE IF NOT EXISTS {db}.t (id INT PRIMARY KEY, a INT NOT NULL,"
     " b VARCHAR(64) NULL, c DECIMAL(10,2) NULL, ts BIGINT NOT NULL)"
 )
+
+
+#: Warm-up rounds, each on WARM_ROWS rows of another table: delete the previous round's
+#: rows, insert, update all, delete half (about 75 000 changes a round).
+WARM_ROUNDS = 3
+WARM_ROWS = 30_000
 
 
 def checksum(server: MariadbSandbox, db: str) -> tuple[int, int]:
@@ -161,19 +170,29 @@ def pipeline_yaml(task_dir: Path, target: MariadbSandbox, checkpoint: Path) -> s
     )
 
 
-def wait(predicate: Any, timeout: float, what: str) -> None:
+def warm_applied(target: MariadbSandbox, want: Any) -> bool:
+    """The target's warm-up table exists and has ``want`` (count, sum)."""
+    exists = target.query(
+        "SELECT COUNT(*) FROM information_schema.tables"
+        " WHERE table_schema = 'bench_hw' AND table_name = 'warm'"
+    )[0][0]
+    return bool(exists) and target.query("SELECT COUNT(*), SUM(v) FROM bench_hw.warm")[0] == want
+
+
+def wait(predicate: Any, timeout: float, what: str, period: float = 0.01) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.01)
+        time.sleep(period)
 
 
-def caught_up(task: ReaderTask, source: MariadbSandbox) -> bool:
+def caught_up(task: ReaderTask, gtid_pos: str) -> bool:
+    """The reader holds the source's transactions up to ``gtid_pos`` (its
+    ``@@gtid_binlog_pos``, read once: polling the source would take CPU from the run)."""
     if task.state == "failed":
         raise SystemExit(f"reader failed: {task.error}")
-    target = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
-    return task.gtid_set is not None and str(task.gtid_set) == target
+    return task.gtid_set is not None and str(task.gtid_set) == gtid_pos
 
 
 def latency(
@@ -235,12 +254,9 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
 
 
-def applied_all(task: ReaderTask, source: MariadbSandbox, query: Any, log_end: Any) -> bool:
-    """The reader holds the source's last transaction and the query's last finished
-    batch ends at the log's end, with no batch running."""
-    if not caught_up(task, source):
-        return False
-    end_seq = log_end()
+def applied_all(query: Any, end_seq: int) -> bool:
+    """The query's last finished batch ends at ``end_seq`` (the log's end once the reader
+    holds the source's last transaction), with no batch running."""
     progress = query.lastProgress
     if not progress or query.status.get("isTriggerActive", False):
         return False
@@ -321,16 +337,21 @@ def main() -> None:
         runner.spark.sparkContext.setLogLevel("ERROR")
         running = threading.Thread(target=lambda: runner.run(stop=stop, progress=sys.stderr))
         running.start()
-        source.execute(
-            "INSERT INTO bench.warm SELECT seq, seq FROM seq_1_to_2000", database="bench"
-        )
-        wait(
-            lambda: target.query("SELECT COUNT(*) FROM information_schema.tables"
-                                 " WHERE table_schema = 'bench_hw' AND table_name = 'warm'")[0][0]
-            and target.query("SELECT COUNT(*) FROM bench_hw.warm")[0][0] == 2000,
-            120,
-            "the warm-up rows",
-        )  # fmt: skip
+        # Warm-up: changes through the same path (decode, shuffle, apply) until the JVM
+        # has compiled its hot code, as in a service that has been running for a while.
+        # A cold JVM spends seconds of CPU in its JIT compiler threads during the first
+        # large batches (measured: 2.3 CPU-s of a 4 s run on two cores).
+        for _ in range(WARM_ROUNDS):
+            source.execute(
+                "DELETE FROM bench.warm",
+                *(f"INSERT INTO bench.warm SELECT seq, seq FROM seq_{i + 1}_to_{i + 5000}"
+                  for i in range(0, WARM_ROWS, 5000)),
+                "UPDATE bench.warm SET v = v + 1",
+                "DELETE FROM bench.warm WHERE id % 2 = 0",
+                database="bench",
+            )  # fmt: skip
+            want = source.query("SELECT COUNT(*), SUM(v) FROM bench.warm")[0]
+            wait(partial(warm_applied, target, want), 300, "the warm-up rows", period=0.1)
         query = runner.query
         assert query is not None
         task.request_stop()
@@ -340,6 +361,7 @@ def main() -> None:
         workload_start = source.binlog_position()
         changes = workload(source, rows)
         expected = checksum(source, "bench")
+        source_gtid = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
         print(f"workload: {changes} row changes, {expected[0]} rows left", file=sys.stderr)
 
         naive_s = naive(source, target, workload_start)
@@ -351,12 +373,20 @@ def main() -> None:
         t0 = time.perf_counter()
         task = start_reader()
         reader_task = task
-        wait(lambda: caught_up(reader_task, source), 300, "the reader")
+        wait(lambda: caught_up(reader_task, source_gtid), 300, "the reader")
         reader_s = time.perf_counter() - t0
-        wait(lambda: applied_all(reader_task, source, query, lambda: log.end()[0]), 300,
-             "the pipeline")  # fmt: skip
+        end_seq = log.end()[0]
+        wait(lambda: applied_all(query, end_seq), 300, "the pipeline", period=0.02)
         hw_s = time.perf_counter() - t0
         log.close()
+        for p in query.recentProgress:
+            if p["numInputRows"]:
+                d = p["durationMs"]
+                print(
+                    f"  batch {p['batchId']}: {p['numInputRows']} rows, "
+                    + ", ".join(f"{k}={v}" for k, v in sorted(d.items()) if v),
+                    file=sys.stderr,
+                )
         assert checksum(target, "bench_hw") == expected, "headwater target differs"
         hw_rate = changes / hw_s
         print(f"headwater: {hw_s:.2f} s ({reader_s:.2f} s reader catch-up), {hw_rate:,.0f} rows/s")
