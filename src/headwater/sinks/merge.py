@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from crc32c import crc32c
@@ -94,12 +94,13 @@ class KeyEvent:
     position: Position
 
 
-@dataclass(frozen=True, slots=True)
-class NetEffect:
+class NetEffect(NamedTuple):
     """The one write a key needs: ``action`` is ``upsert`` (with ``image``) or ``delete``.
 
     ``first_sequence``/``last_sequence`` span the key's events in the batch; ``position``
-    is the last event's (the schema in force there describes ``image``).
+    is the last event's (the schema in force there describes ``image``). A named tuple,
+    not a frozen dataclass: a batch makes one per key, and a frozen dataclass's
+    ``__init__`` (one ``object.__setattr__`` per field) cost five times as much.
     """
 
     source: str
@@ -316,69 +317,91 @@ class ChangeColumns:
         return found
 
 
-def collapse_columns(cols: ChangeColumns, order: Iterable[int]) -> list[NetEffect]:
+def collapse_columns(cols: ChangeColumns, order: Sequence[int]) -> list[NetEffect]:
     """:func:`collapse` of the key events of rows ``order`` (indexes into ``cols``, in
     sequence order), computed on the columns. Raises :class:`SinkError` for a keyless
-    row or an unknown operation, like :func:`explode`."""
-    source, database, table, op = cols.source, cols.database, cols.table, cols.op
-    keys, role = cols.key, cols.role
-    # key identity -> [first index, last index, indexes of the puts since the last delete]
-    found: dict[tuple[str, str, str, str], list[Any]] = {}
+    row or an unknown operation, like :func:`explode`.
+
+    One pass groups the rows of each key (the loop every row goes through, kept to a dict
+    lookup and an append); the rest runs once per key. When every row is of one table,
+    keys are told apart by their text alone, which saves a tuple per row."""
+    op, role, after = cols.op, cols.role, cols.after
+    _check(cols, order)
+    keys = cols.key
+    idents: Sequence[Any] = keys
+    if not _one_table(cols):
+        idents = list(zip(cols.source, cols.database, cols.table, keys, strict=True))
+    rows_of: dict[Any, list[int]] = {}
     for i in order:
-        k = keys[i]
-        if k is None:
+        ident = idents[i]
+        rows = rows_of.get(ident)
+        if rows is None:
+            rows_of[ident] = [i]
+        else:
+            rows.append(i)
+    effects: list[tuple[int, int, str, dict[str, Any] | None]] = []
+    for rows in rows_of.values():
+        last = rows[-1]
+        if op[last] == "delete" or role[last] == ROLE_OLD:
+            first = rows[0]
+            if op[first] == "insert" or role[first] == ROLE_NEW:
+                continue  # created in this batch and gone again: nothing
+            effects.append((first, last, DELETE, None))
+            continue
+        image: dict[str, Any] = {}
+        if len(rows) == 1:
+            text = after[last]
+            if text is not None:
+                image = orjson.loads(text)
+        else:
+            for p in rows:  # merge the puts since the last delete (MINIMAL images)
+                if op[p] == "delete" or role[p] == ROLE_OLD:
+                    image = {}
+                elif (text := after[p]) is not None:
+                    image.update(orjson.loads(text))
+        effects.append((rows[0], last, UPSERT, image))
+    seq = cols.sequence
+    effects.sort(key=lambda e: seq[e[1]])
+    src, db, tbl = cols.source, cols.database, cols.table
+    return [
+        NetEffect(
+            src[last],
+            db[last],
+            tbl[last],
+            keys[last],  # type: ignore[arg-type]  # _check refused keyless rows
+            orjson.loads(keys[last]),  # type: ignore[arg-type]
+            action,
+            image,
+            seq[first],
+            seq[last],
+            cols.position(last),
+        )
+        for first, last, action, image in effects
+    ]
+
+
+def _one_table(cols: ChangeColumns) -> bool:
+    """Whether every row is of one ``(source, database, table)`` (C loops, no tuples)."""
+    return all(len(set(column)) <= 1 for column in (cols.source, cols.database, cols.table))
+
+
+def _check(cols: ChangeColumns, order: Sequence[int]) -> None:
+    """Refuse the first keyless row or unknown operation of ``order``; the scan only runs
+    when the columns hold one (DDL rows, outside ``order``, may be keyless)."""
+    if None not in cols.key and set(cols.op) <= _OPS_OR_DDL:
+        return
+    database, table = cols.database, cols.table
+    for i in order:
+        if cols.key[i] is None:
             raise SinkError(
                 "the table has no primary key; headwater sinks refuse keyless tables "
                 "(add a primary key at the source, or filter the table out)",
                 table=f"{database[i]}.{table[i]}",
                 resume_sequence=cols.sequence[i],
             )
-        o = op[i]
-        if o not in _OPS:
-            raise SinkError(f"unknown operation {o!r}", table=f"{database[i]}.{table[i]}")
-        ident = (source[i], database[i], table[i], k)
-        entry = found.get(ident)
-        put = o != "delete" and role[i] != ROLE_OLD
-        if entry is None:
-            found[ident] = [i, i, [i] if put else []]
-            continue
-        entry[1] = i
-        if put:
-            entry[2].append(i)
-        else:
-            entry[2] = []
-    out: list[NetEffect] = []
-    for (src, db, tbl, ktext), (first, last, puts) in found.items():
-        image: dict[str, Any] | None = None
-        if not puts:  # the last event is a delete
-            created = op[first] == "insert" or role[first] == ROLE_NEW
-            if created:
-                continue
-            action = DELETE
-        else:
-            action = UPSERT
-            image = {}
-            after = cols.after
-            for p in puts:
-                text = after[p]
-                if text is not None:
-                    image.update(orjson.loads(text))
-        out.append(
-            NetEffect(
-                src,
-                db,
-                tbl,
-                ktext,
-                dict(orjson.loads(ktext)),
-                action,
-                image,
-                cols.sequence[first],
-                cols.sequence[last],
-                cols.position(last),
-            )
-        )
-    out.sort(key=lambda n: n.last_sequence)
-    return out
+        if cols.op[i] not in _OPS:
+            raise SinkError(f"unknown operation {cols.op[i]!r}", table=f"{database[i]}.{table[i]}")
 
 
 _OPS = frozenset(("insert", "read", "update", "delete"))
+_OPS_OR_DDL = _OPS | {"ddl"}

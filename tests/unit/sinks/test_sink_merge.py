@@ -276,6 +276,28 @@ def test_columnar_routing_and_collapse_equal_explode_and_collapse(
             assert zlib.crc32(text.encode()) % count == shard
 
 
+@settings(max_examples=200, deadline=None)
+@given(histories(), histories(), st.randoms())
+def test_columnar_collapse_keeps_keys_of_two_tables_apart(
+    first: tuple[dict[str, dict[str, Any]], list[Change]],
+    second: tuple[dict[str, dict[str, Any]], list[Change]],
+    rnd: Any,
+) -> None:
+    """Two tables with the same key texts, interleaved (collapse_columns keys rows by
+    their text alone only when every row is of one table)."""
+    changes = [
+        Change(c.source, c.database, table, c.op, 2 * c.sequence + n, c.position, c.key,
+               c.before, c.after)
+        for n, (table, (_, history)) in enumerate((("t", first), ("u", second)))
+        for c in history
+    ]  # fmt: skip
+    rnd.shuffle(changes)
+    by_shard = columnar_net(changes, 1)
+    assert comparable([e for effects in by_shard.values() for e in effects]) == comparable(
+        net(changes)
+    )
+
+
 def test_routing_a_key_update_gives_the_old_key_delete_and_the_new_key_put() -> None:
     routed = route_row("update", '{"id":2}', '{"id":1}')
     assert routed == [(ROLE_OLD, '{"id":1}'), (ROLE_NEW, '{"id":2}')]
