@@ -123,6 +123,24 @@ def test_net_effects_of_a_multi_table_batch(mariadb_target: MariadbSandbox, targ
     assert checkpoints(mariadb_target, target) == [("p1", "src", 0, 1, 20, 2, 13)]
 
 
+def test_a_key_declared_out_of_column_order_deletes_its_rows(
+    mariadb_target: MariadbSandbox, target: str
+) -> None:
+    """PRIMARY KEY (b, a) on columns (a, b, v): key images list b first, and the delete's
+    ``(b, a) IN (...)`` must bind b first too."""
+    base = pair_table("src")
+    tdef = TableDef(base.database, base.table, base.columns, primary_key=("b", "a"))
+    create(mariadb_target, target, TableDef(target, tdef.table, tdef.columns, ("b", "a")))
+    sink = make_sink(mariadb_target, target, StaticSchema((tdef,)))
+    pk = ("b", "a")
+    pairs = [{"a": 1, "b": "x", "v": "p"}, {"a": 2, "b": "y", "v": "q"}]
+    sink.apply_changes(
+        [row("insert", 1 + n, "src", "pairs", after=p, pk=pk) for n, p in enumerate(pairs)], 0
+    )
+    sink.apply_changes([row("delete", 3, "src", "pairs", before=pairs[0], pk=pk)], batch_id=1)
+    assert rows_of(mariadb_target, target, "pairs", "a") == [(2, "y", "q")]
+
+
 def test_replaying_the_same_or_an_older_batch_changes_nothing(
     mariadb_target: MariadbSandbox, target: str
 ) -> None:

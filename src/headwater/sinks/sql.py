@@ -41,9 +41,10 @@ import random
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from headwater.errors import ConfigError, SinkError, TransientSinkError
 from headwater.position import Position
@@ -68,7 +69,7 @@ from headwater.sinks.merge import (
     collapse_columns,
     explode,
 )
-from headwater.sinks.values import ValueRules, converter
+from headwater.sinks.values import ValueRules, column_converter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -137,7 +138,7 @@ class SqlDialect(ABC):
         self, table: str, columns: Sequence[str], key: Sequence[str], rows: str
     ) -> str:
         """An insert-or-update of the rows ``rows`` (SQL text ``(...), (...)``: literals
-        from :meth:`render_rows`, or ``%s`` placeholders)."""
+        from :meth:`render_columns`, or ``%s`` placeholders)."""
 
     def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str], rows: int) -> str:
         """An insert-or-update of ``rows`` rows with ``%s`` placeholders."""
@@ -170,13 +171,14 @@ class SqlDialect(ABC):
     def ddl_statements(self, change: Change, config: SqlSinkConfig) -> list[str]:
         raise SinkError("this target cannot apply source DDL", table=change.table_name)
 
-    def render_rows(self, cur: Any, rows: Sequence[Sequence[Any]]) -> str | None:
-        """The rows as SQL text ``(v1, v2), (v3, v4)`` (values as literals), or None when
-        this dialect binds parameters instead (the driver's own escaping is used)."""
+    def render_columns(self, cur: Any, columns: Sequence[list[Any]]) -> str | None:
+        """Rows given column by column (``columns[j][i]``: column ``j`` of row ``i``) as
+        SQL text ``(v1, v2), (v3, v4)`` (values as literals), or None when this dialect
+        binds parameters instead (the driver's own escaping is used)."""
         return None
 
     def delete_rendered(self, table: str, key: Sequence[str], rows: str) -> str:
-        """:meth:`delete_sql` around rows from :meth:`render_rows`."""
+        """:meth:`delete_sql` around rows from :meth:`render_columns`."""
         cols = ", ".join(self.ident(c) for c in key)
         return f"DELETE FROM {table} WHERE ({cols}) IN ({rows})"
 
@@ -207,21 +209,45 @@ def _progress(items: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
+class _Shape(NamedTuple):
+    """How the net effects of one table definition and column set are written: the
+    statement's columns (the key's for a delete, the image's in table order for an upsert)
+    and a column converter for each."""
+
+    delete: bool
+    columns: tuple[str, ...]
+    convert: list[Callable[[list[Any]], list[Any]]]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Write:
-    """One table's net effects, ready to bind."""
+    """The net effects of one statement shape: a table's deletes, or its upserts of one
+    column set. ``values[j][i]`` is column ``j`` of effect ``i``, converted for the driver
+    a column at a time (:func:`~headwater.sinks.values.column_converter`)."""
 
     table: str  # target reference, quoted
     name: str  # source db.table, for messages
     key: tuple[str, ...]
     columns: tuple[str, ...]
-    deletes: list[tuple[NetEffect, list[Any]]]
-    upserts: list[tuple[NetEffect, list[Any]]]
+    delete: bool
+    effects: list[NetEffect] = field(default_factory=list)
+    #: ``(index of the first effect, shape)``: a new run starts where the table
+    #: definition (the converters) changes, so effects keep their order.
+    runs: list[tuple[int, _Shape]] = field(default_factory=list)
+    values: list[list[Any]] = field(default_factory=list)
+
+    def row(self, i: int) -> list[Any]:
+        return [column[i] for column in self.values]
+
+    def convert(self) -> None:
+        """Fill :attr:`values` (raises what a converter raises)."""
+        self.values = [[] for _ in self.columns]
+        bounds = [start for start, _ in self.runs[1:]] + [len(self.effects)]
+        for (start, shape), stop in zip(self.runs, bounds, strict=True):
+            effects = self.effects[start:stop]
+            sources = [e.key if self.delete else e.image or {} for e in effects]
+            for j, name in enumerate(shape.columns):
+                self.values[j].extend(shape.convert[j](list(map(itemgetter(name), sources))))
 
 
 class SqlSink:
@@ -494,9 +520,11 @@ class SqlSink:
             writes = self._writes(chosen.effects, batch_id, shard)
             upserts = deletes = 0
             for write in writes:
-                deletes += self._run(cur, write, write.deletes, batch_id, shard, delete=True)
+                if write.delete:
+                    deletes += self._run(cur, write, batch_id, shard)
             for write in writes:
-                upserts += self._run(cur, write, write.upserts, batch_id, shard, delete=False)
+                if not write.delete:
+                    upserts += self._run(cur, write, batch_id, shard)
             for source, (last, count) in chosen.progress.items():
                 applied[source] = last
                 cur.execute(
@@ -509,41 +537,30 @@ class SqlSink:
 
     def _writes(self, effects: list[NetEffect], batch_id: int, shard: int) -> list[_Write]:
         rules = ValueRules(self.config.zero_dates, self.dialect.text_bytes)
-        groups: dict[tuple[str, str, tuple[str, ...]], _Write] = {}
+        groups: dict[tuple[str, str, bool, tuple[str, ...]], _Write] = {}
         # Rows of one binlog event share a position object: look each definition up once
         # per position (the effects hold the positions, so ids stay unique meanwhile), and
-        # work out each statement shape (columns, converters, group) once.
+        # work out each statement shape (columns, converters) once.
         tdefs: dict[tuple[str, str, int], TableDef] = {}
-        shapes: dict[
-            tuple[int, bool, tuple[str, ...]],
-            tuple[tuple[str, ...], list[Callable[[Any], Any]], tuple[str, str, tuple[str, ...]]],
-        ] = {}
-        for effect in effects:
+        shapes: dict[tuple[int, bool, tuple[str, ...]], _Shape] = {}
+
+        def shape_of(effect: NetEffect) -> _Shape:
             at = (effect.database, effect.table, id(effect.position))
             tdef = tdefs.get(at)
             if tdef is None:
                 tdef = tdefs[at] = self._table_def(effect, batch_id, shard)
             delete = effect.action == DELETE
-            source = effect.key if delete else effect.image or {}
-            names = tuple(source)
+            names = tuple(effect.key if delete else effect.image or {})
             shape = shapes.get((id(tdef), delete, names))
             if shape is None:
-                # One statement shape per column set (MINIMAL images vary), in table order.
-                columns = tuple(c.name for c in tdef.columns if c.name in names)
-                unknown = set(names) - set(columns)
-                if unknown:
-                    raise SinkError(
-                        f"columns {sorted(unknown)} are not in the table definition",
-                        table=effect.table_name,
-                        key=effect.key,
-                        shard=shard,
-                        batch_id=batch_id,
-                        resume_sequence=effect.first_sequence,
-                    )
-                fns = [converter(tdef.column(c), rules) for c in columns]  # type: ignore[arg-type]
-                gkey = (effect.database, effect.table, () if delete else columns)
-                shape = shapes[(id(tdef), delete, names)] = (columns, fns, gkey)
-            columns, fns, gkey = shape
+                shape = shapes[(id(tdef), delete, names)] = self._shape(
+                    effect, tdef, delete, names, rules, batch_id, shard
+                )
+            return shape
+
+        for effect in effects:
+            shape = shape_of(effect)
+            gkey = (effect.database, effect.table, shape.delete, shape.columns)
             write = groups.get(gkey)
             if write is None:
                 target = map_database(self.config.database_map, effect.database)
@@ -551,23 +568,45 @@ class SqlSink:
                     self.dialect.table_ref(target, effect.table),
                     effect.table_name,
                     tuple(effect.key),
-                    columns,
-                    [],
-                    [],
+                    shape.columns,
+                    shape.delete,
                 )
-            try:
-                values = [f(source[c]) for f, c in zip(fns, columns, strict=True)]
-            except (ValueError, TypeError) as exc:
-                raise SinkError(
-                    f"cannot convert a value: {exc}",
-                    table=effect.table_name,
-                    key=effect.key,
-                    shard=shard,
-                    batch_id=batch_id,
-                    resume_sequence=effect.first_sequence,
-                ) from None
-            (write.deletes if delete else write.upserts).append((effect, values))
+            if not write.runs or write.runs[-1][1] is not shape:
+                write.runs.append((len(write.effects), shape))
+            write.effects.append(effect)
+        try:
+            for write in groups.values():
+                write.convert()
+        except (ValueError, TypeError):
+            raise _conversion_error(effects, shape_of, batch_id, shard) from None
         return list(groups.values())
+
+    def _shape(
+        self,
+        effect: NetEffect,
+        tdef: TableDef,
+        delete: bool,
+        names: tuple[str, ...],
+        rules: ValueRules,
+        batch_id: int,
+        shard: int,
+    ) -> _Shape:
+        # A delete names the key's columns in key order (its statement's ``(k1, k2) IN``
+        # lists them so); an upsert writes the image's columns in table order.
+        known = {c.name for c in tdef.columns}
+        columns = names if delete else tuple(c.name for c in tdef.columns if c.name in names)
+        unknown = set(names) - known
+        if unknown:
+            raise SinkError(
+                f"columns {sorted(unknown)} are not in the table definition",
+                table=effect.table_name,
+                key=effect.key,
+                shard=shard,
+                batch_id=batch_id,
+                resume_sequence=effect.first_sequence,
+            )
+        convert = [column_converter(tdef.column(c), rules) for c in columns]  # type: ignore[arg-type]
+        return _Shape(delete, columns, convert)
 
     def _table_def(self, effect: NetEffect, batch_id: int, shard: int) -> TableDef:
         tdef = self.config.schema.table_at(effect.database, effect.table, effect.position)
@@ -582,28 +621,20 @@ class SqlSink:
             )
         return tdef
 
-    def _run(
-        self,
-        cur: Any,
-        write: _Write,
-        rows: list[tuple[NetEffect, list[Any]]],
-        batch_id: int,
-        shard: int,
-        *,
-        delete: bool,
-    ) -> int:
-        if not rows:
-            return 0
-        width = len(write.key) if delete else len(write.columns)
+    def _run(self, cur: Any, write: _Write, batch_id: int, shard: int) -> int:
+        count = len(write.effects)
+        width = len(write.columns)
         size = max(1, min(self.config.batch_rows, self.dialect.capabilities.max_params // width))
-        for chunk in _chunks(rows, size):
-            rendered = self.dialect.render_rows(cur, [values for _, values in chunk])
+        for start in range(0, count, size):
+            rows = range(start, min(count, start + size))
+            chunk = [column[start : rows.stop] for column in write.values]
+            rendered = self.dialect.render_columns(cur, chunk)
             params: list[Any] | None = None
             if rendered is None:
-                sql = self._statement(write, len(chunk), delete=delete)
-                params = [v for _, values in chunk for v in values]
-            elif delete:
-                sql = self.dialect.delete_rendered(write.table, write.key, rendered)
+                sql = self._statement(write, len(rows))
+                params = [v for row in zip(*chunk, strict=True) for v in row]
+            elif write.delete:
+                sql = self.dialect.delete_rendered(write.table, write.columns, rendered)
             else:
                 sql = self.dialect.upsert_rendered(write.table, write.columns, write.key, rendered)
             cur.execute("SAVEPOINT hw_batch")
@@ -613,35 +644,34 @@ class SqlSink:
                 if self.dialect.retryable(exc) is not False:
                     raise
                 cur.execute("ROLLBACK TO SAVEPOINT hw_batch")
-                raise self._locate(cur, write, chunk, exc, batch_id, shard, delete) from exc
-        return len(rows)
+                raise self._locate(cur, write, rows, exc, batch_id, shard) from exc
+        return count
 
-    def _statement(self, write: _Write, n: int, *, delete: bool) -> str:
-        if delete:
-            return self.dialect.delete_sql(write.table, write.key, n)
+    def _statement(self, write: _Write, n: int) -> str:
+        if write.delete:
+            return self.dialect.delete_sql(write.table, write.columns, n)
         return self.dialect.upsert_sql(write.table, write.columns, write.key, n)
 
     def _locate(
         self,
         cur: Any,
         write: _Write,
-        chunk: Sequence[tuple[NetEffect, list[Any]]],
+        rows: range,
         exc: BaseException,
         batch_id: int,
         shard: int,
-        delete: bool,
     ) -> SinkError:
         """The error of the first row of a failed batch that fails on its own."""
-        one = self._statement(write, 1, delete=delete)
-        culprit, cause = chunk[0][0], exc
-        for effect, values in chunk:
+        one = self._statement(write, 1)
+        culprit, cause = write.effects[rows[0]], exc
+        for i in rows:
             cur.execute("SAVEPOINT hw_row")
             try:
-                cur.execute(one, values)
+                cur.execute(one, write.row(i))
             except Exception as row_exc:
                 if self.dialect.retryable(row_exc) is not False:
                     raise
-                culprit, cause = effect, row_exc
+                culprit, cause = write.effects[i], row_exc
                 break
             finally:
                 cur.execute("ROLLBACK TO SAVEPOINT hw_row")
@@ -652,7 +682,7 @@ class SqlSink:
             statement=one,
             shard=shard,
             batch_id=batch_id,
-            resume_sequence=min(e.first_sequence for e, _ in chunk),
+            resume_sequence=min(write.effects[i].first_sequence for i in rows),
         )
 
     def _create_tables(self, tables: dict[tuple[str, str], Position], connection: Any) -> None:
@@ -808,6 +838,29 @@ def _merge(a: ApplyResult, b: ApplyResult) -> ApplyResult:
         {**a.checkpoints, **b.checkpoints},
         max(a.attempts, b.attempts),
     )
+
+
+def _conversion_error(
+    effects: list[NetEffect], shape_of: Callable[[NetEffect], _Shape], batch_id: int, shard: int
+) -> SinkError:
+    """The error of the first effect with a value its converter refuses (a whole column
+    failed to convert: find the row, value by value)."""
+    for effect in effects:
+        shape = shape_of(effect)
+        source = effect.key if shape.delete else effect.image or {}
+        for name, convert in zip(shape.columns, shape.convert, strict=True):
+            try:
+                convert([source[name]])
+            except (ValueError, TypeError) as exc:
+                return SinkError(
+                    f"cannot convert a value: {exc}",
+                    table=effect.table_name,
+                    key=effect.key,
+                    shard=shard,
+                    batch_id=batch_id,
+                    resume_sequence=effect.first_sequence,
+                )
+    raise AssertionError("a column failed to convert, but none of its values does")
 
 
 def _describe(exc: BaseException) -> str:

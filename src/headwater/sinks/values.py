@@ -38,7 +38,7 @@ from typing import Any
 
 from headwater.schema.model import BINARY_TYPES, Column
 
-__all__ = ["ValueRules", "converter", "parse_time"]
+__all__ = ["ValueRules", "column_converter", "converter", "parse_time"]
 
 _TIME = re.compile(r"^(-)?(\d+):(\d{2}):(\d{2})(?:\.(\d{1,6}))?$")
 _BINARY = BINARY_TYPES | {
@@ -129,27 +129,47 @@ def _time(value: Any) -> Any:
 
 
 def converter(column: Column, rules: ValueRules) -> Callable[[Any], Any]:
-    """The function from ``column``'s JSON value to its SQL parameter (None stays None)."""
+    """The function from ``column``'s JSON value to its SQL parameter (None stays None:
+    each conversion passes values of other types through)."""
+    return _conversion(column, rules)[0]
+
+
+def column_converter(column: Column, rules: ValueRules) -> Callable[[list[Any]], list[Any]]:
+    """:func:`converter` over a list of ``column``'s values (one call per column of a
+    statement, not per value). A list without a value of the type the conversion acts on
+    (JSON gives exact types) comes back untouched: integer and float columns always, text
+    columns unless a value is undecodable."""
+    convert, acts_on = _conversion(column, rules)
+    if acts_on is None:
+        return _same
+
+    def each(values: list[Any]) -> list[Any]:
+        if acts_on not in set(map(type, values)):
+            return values
+        return list(map(convert, values))
+
+    return each
+
+
+def _conversion(column: Column, rules: ValueRules) -> tuple[Callable[[Any], Any], type | None]:
+    """``column``'s conversion and the one JSON type it changes (None: none at all)."""
     kind = column.data_type
-    base: Callable[[Any], Any]
     if kind == "decimal":
-        base = _decimal
-    elif kind in _BINARY or column.charset == "binary":
-        base = _bytes
-    elif kind == "date":
-        base = _temporal(dt.date.fromisoformat, rules)
-    elif kind in ("datetime", "timestamp"):
-        base = _temporal(dt.datetime.fromisoformat, rules)
-    elif kind == "time":
-        base = _time
-    elif kind == "set":
-        base = _set
-    elif column.is_character:
-        base = _text(rules)
-    else:
-        base = _identity
+        return _decimal, str
+    if kind in _BINARY or column.charset == "binary":
+        return _bytes, dict
+    if kind == "date":
+        return _temporal(dt.date.fromisoformat, rules), str
+    if kind in ("datetime", "timestamp"):
+        return _temporal(dt.datetime.fromisoformat, rules), str
+    if kind == "time":
+        return _time, str
+    if kind == "set":
+        return _set, list
+    if column.is_character:
+        return _text(rules), dict
+    return _identity, None
 
-    def convert(value: Any) -> Any:
-        return None if value is None else base(value)
 
-    return convert
+def _same(values: list[Any]) -> list[Any]:
+    return values

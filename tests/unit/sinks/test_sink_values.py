@@ -7,13 +7,14 @@ import pickle
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from headwater.errors import ConfigError
 from headwater.schema.model import Column
 from headwater.sinks import SINKS, ConnectionOptions, StaticSchema, sink_factory
-from headwater.sinks.mysql.client import rewrite_databases
+from headwater.sinks.mysql.client import MysqlDialect, rewrite_databases
 from headwater.sinks.postgres.client import pg_type
-from headwater.sinks.values import ValueRules, converter, parse_time
+from headwater.sinks.values import ValueRules, column_converter, converter, parse_time
 
 KEEP = ValueRules("keep")
 NULL = ValueRules("null", text_bytes=False)
@@ -57,6 +58,77 @@ def test_set_members_join_and_undecodable_text_depends_on_the_target() -> None:
 
 def test_null_stays_null() -> None:
     assert converter(c("decimal", "decimal(6,2)"), KEEP)(None) is None
+
+
+def test_a_column_converts_like_each_of_its_values() -> None:
+    date = column_converter(c("date"), NULL)
+    assert date(["2024-02-29", None, "0000-00-00"]) == [dt.date(2024, 2, 29), None, None]
+    text = column_converter(c("varchar", charset="utf8mb4"), KEEP)
+    assert text(["a", {"undecodable_text_base64": "/w=="}, None]) == ["a", b"\xff", None]
+    assert column_converter(c("decimal", "decimal(6,2)"), KEEP)(["1.50"]) == [Decimal("1.50")]
+
+
+def test_columns_that_bind_as_they_are_are_not_copied() -> None:
+    ints = [1, None, 3]
+    assert column_converter(c("int"), KEEP)(ints) is ints
+    texts = ["a", None, "b"]  # no undecodable value: nothing to convert
+    assert column_converter(c("varchar", charset="utf8mb4"), KEEP)(texts) is texts
+
+
+def test_a_column_refuses_what_its_values_refuse() -> None:
+    with pytest.raises(ValueError, match="zero date"):
+        column_converter(c("date"), ValueRules("fail"))(["2024-01-01", "0000-00-00"])
+
+
+class _Cursor:
+    """What MysqlDialect.render_columns needs of a cursor: a PyMySQL connection (never
+    connected: escaping reads only its encoders and server status)."""
+
+    def __init__(self, server_status: int) -> None:
+        import pymysql
+
+        self.connection = pymysql.connections.Connection(defer_connect=True)
+        self.connection.server_status = server_status
+
+
+#: One per server status (a PyMySQL connection object takes 25 ms to build).
+CURSORS = {status: _Cursor(status) for status in (0, 512)}
+
+
+MYSQL_VALUES = st.one_of(
+    st.none(),
+    st.integers(-(2**70), 2**70),
+    st.text(),
+    st.sampled_from(["it's", "back\\slash", "nul\x00", "ctrl-z\x1a", '"q"', "\n\r"]),
+    st.decimals(allow_nan=False, allow_infinity=False),
+    st.binary(max_size=8),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.dates(),
+    st.datetimes(),
+    st.timedeltas(),
+)
+#: Columns of one type (and NULLs), as statements mostly are, and of mixed types.
+MYSQL_COLUMNS = st.one_of(
+    st.lists(MYSQL_VALUES, min_size=3, max_size=3),
+    *(
+        st.lists(st.one_of(st.none(), kind), min_size=3, max_size=3)
+        for kind in (st.integers(), st.text(), st.decimals(allow_nan=False, allow_infinity=False))
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(MYSQL_COLUMNS, min_size=1, max_size=4), st.sampled_from([0, 512]))
+def test_mysql_literals_are_pymysql_escapes_of_each_value(
+    columns: list[list[object]], server_status: int
+) -> None:
+    """512: SERVER_STATUS_NO_BACKSLASH_ESCAPES (quotes doubled, backslashes kept)."""
+    cur = CURSORS[server_status]
+    escape = cur.connection.escape
+    rows = zip(*columns, strict=True)
+    expected = ", ".join("(" + ", ".join(escape(v) for v in row) + ")" for row in rows)
+    assert MysqlDialect().render_columns(cur, columns) == expected
 
 
 @pytest.mark.parametrize(
