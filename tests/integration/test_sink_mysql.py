@@ -14,6 +14,7 @@ from headwater.errors import SinkError, TransientSinkError
 from headwater.sandbox import MariadbSandbox
 from headwater.schema.model import TableDef
 from headwater.sinks import ConnectionOptions, DdlMode, RetryPolicy, StaticSchema, create_sink
+from headwater.sinks.merge import ROLE_KEY, ChangeColumns
 from headwater.sinks.mysql import MysqlSink, MysqlSinkConfig
 from tests.integration.sink_support import (
     FaultyConnection,
@@ -164,6 +165,39 @@ def test_replaying_the_same_or_an_older_batch_changes_nothing(
     assert (again.skipped, again.upserts, older.skipped, older.upserts) == (2, 0, 4, 0)
     assert rows_of(mariadb_target, target, "items") == state
     assert checkpoints(mariadb_target, target) == ckpt  # applies still 3: each batch once
+
+
+def columns_of(rows: list[dict[str, Any]]) -> ChangeColumns:
+    """Change rows as the Spark glue hands them to ``apply_columns`` (no key updates)."""
+    names = ("source", "database", "table", "op", "sequence", "change_id", "file_num",
+             "offset", "event_index", "key", "after")  # fmt: skip
+    return ChangeColumns(*([r[n] for r in rows] for n in names), role=[ROLE_KEY] * len(rows))
+
+
+@pytest.mark.parametrize("sources", [("src",), ("src", "other")])
+def test_columns_already_applied_are_skipped_and_the_rest_applied(
+    mariadb_target: MariadbSandbox, target: str, sources: tuple[str, ...]
+) -> None:
+    """A batch that starts before the shard's checkpoint: only the newer rows apply (with
+    one source the new rows are found as the tail of the sequence order)."""
+    create(mariadb_target, target, items_table(target))
+    sink = make_sink(mariadb_target, target, StaticSchema((items_table("src"),)))
+    history = [
+        {
+            **row("insert", seq, "src", "items", after=item(seq)),
+            "source": sources[seq % len(sources)],
+        }
+        for seq in range(1, 11)
+    ]
+    cols = columns_of(history)
+    sink.setup()  # the Spark glue's part
+    first = sink.apply_columns(cols, range(6), batch_id=0, shard=0)
+    again = sink.apply_columns(cols, range(10), batch_id=1, shard=0)
+    assert (first.upserts, again.skipped, again.upserts) == (6, 6, 4)
+    assert [r[0] for r in rows_of(mariadb_target, target, "items")] == list(range(1, 11))
+    assert again.checkpoints == {
+        s: max(r["sequence"] for r in history if r["source"] == s) for s in sources
+    }
 
 
 def test_a_crash_inside_the_transaction_leaves_the_target_unchanged(

@@ -75,6 +75,12 @@ _APPLY_COLUMNS = (
     "part",
 )
 
+#: Of those, the ones the shard transaction reads (``sql`` and ``ts_us`` only make the
+#: DDL change, which is taken from its Arrow row).
+_ROW_COLUMNS = tuple(c for c in _APPLY_COLUMNS if c not in ("sql", "ts_us"))
+#: Columns that mostly hold one value in a shard's batch (one source, one table).
+_REPEATED = frozenset(("source", "database", "table", "change_id", "file_num", "part"))
+
 _PART_KEYS: dict[int, list[int]] = {}
 _PART_LOCK = threading.Lock()
 
@@ -198,6 +204,17 @@ def _apply_partition(
         yield from _apply_batches(sink, batch_id, keys, batches)
 
 
+def _pylist(column: pyarrow.ChunkedArray, repeated: bool) -> list[Any]:
+    """``column`` as a Python list. A ``repeated`` column (:data:`_REPEATED`) holding one
+    value becomes that one object repeated: no object per row, one hash computed."""
+    if repeated and len(column) > 0:
+        unique = column.unique()
+        if len(unique) == 1:
+            return [unique[0].as_py()] * len(column)
+    values: list[Any] = column.to_pylist()
+    return values
+
+
 def _apply_batches(
     sink: SqlSink, batch_id: int, keys: list[int], batches: Iterable[pyarrow.RecordBatch]
 ) -> Iterator[pyarrow.RecordBatch]:
@@ -207,19 +224,16 @@ def _apply_batches(
     if not received:
         return
     data = pa.Table.from_batches(received)
-    col = {name: data.column(name).to_pylist() for name in _APPLY_COLUMNS}
+    col = {name: _pylist(data.column(name), name in _REPEATED) for name in _ROW_COLUMNS}
     ops: list[str] = col["op"]
     seqs: list[int] = col["sequence"]
     # The batch's first DDL: this run applies only the changes before it.
     ddl: Change | None = None
-    for i, op in enumerate(ops):
-        if op == "ddl" and (ddl is None or seqs[i] < ddl.sequence):
-            ddl = as_change({name: values[i] for name, values in col.items()})
-    cut = None if ddl is None else ddl.sequence
-    order = sorted(
-        (i for i, op in enumerate(ops) if op != "ddl" and (cut is None or seqs[i] < cut)),
-        key=seqs.__getitem__,
-    )
+    order = sorted(range(len(ops)), key=seqs.__getitem__)
+    if "ddl" in ops:
+        first = min((i for i, op in enumerate(ops) if op == "ddl"), key=seqs.__getitem__)
+        ddl = as_change(data.slice(first, 1).to_pylist()[0])
+        order = [i for i in order if seqs[i] < ddl.sequence]
     cols = ChangeColumns(
         col["source"],
         col["database"],
@@ -235,10 +249,14 @@ def _apply_batches(
         col["role"],
     )
     part_shard = {key: shard for shard, key in enumerate(keys)}
-    by_part: dict[int, list[int]] = {}
     parts: list[int] = col["part"]
-    for i in order:
-        by_part.setdefault(parts[i], []).append(i)
+    by_part: dict[int, list[int]] = {}
+    if len(set(parts)) == 1:  # the usual partition: one shard's rows
+        if order:
+            by_part[parts[0]] = order
+    else:
+        for i in order:
+            by_part.setdefault(parts[i], []).append(i)
     shards: list[int] = []
     payloads: list[bytes] = []
     for part, rows in by_part.items():

@@ -41,6 +41,7 @@ import random
 import threading
 import time
 from abc import ABC, abstractmethod
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -441,21 +442,33 @@ class SqlSink:
             return ApplyResult(shard, batch_id, attempts=0)
         seq, src = cols.sequence, cols.source
         if self.config.create_tables:
+            db, tbl = cols.database, cols.table
             firsts: dict[tuple[str, str], int] = {}
-            for i in rows:
-                firsts.setdefault((cols.database[i], cols.table[i]), i)
+            if len(set(map(db.__getitem__, rows))) == len(set(map(tbl.__getitem__, rows))) == 1:
+                firsts[(db[rows[0]], tbl[rows[0]])] = rows[0]  # one table: skip the loop
+            else:
+                for i in rows:
+                    firsts.setdefault((db[i], tbl[i]), i)
             self._create_tables({t: cols.position(i) for t, i in firsts.items()}, connection)
 
+        sources = set(map(src.__getitem__, rows))
+
         def select(applied: dict[str, int]) -> _Selected:
-            todo = [i for i in rows if seq[i] > applied[src[i]]]
+            if len(sources) == 1:  # rows are in sequence order: the new ones are a tail
+                (source,) = sources
+                todo = rows[bisect_right(rows, applied[source], key=seq.__getitem__) :]
+                progress = {source: (seq[todo[-1]], len(todo))} if todo else {}
+            else:
+                todo = [i for i in rows if seq[i] > applied[src[i]]]
+                progress = _progress((src[i], seq[i]) for i in todo)
             return _Selected(
                 len(rows) - len(todo),
                 collapse_columns(cols, todo) if todo else [],
-                _progress((src[i], seq[i]) for i in todo),
+                progress,
             )
 
         return self._apply(
-            sorted({src[i] for i in rows}),
+            sorted(sources),
             select,
             seq[rows[0]],
             batch_id,
