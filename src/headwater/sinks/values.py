@@ -144,8 +144,11 @@ def column_converter(column: Column, rules: ValueRules) -> Callable[[list[Any]],
         return _same
 
     def each(values: list[Any]) -> list[Any]:
-        if acts_on not in set(map(type, values)):
+        kinds = set(map(type, values))
+        if acts_on not in kinds:
             return values
+        if convert is _decimal and kinds == {str}:
+            return list(map(Decimal, values))  # the C constructor, no call of _decimal
         return list(map(convert, values))
 
     return each

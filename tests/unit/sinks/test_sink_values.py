@@ -80,6 +80,13 @@ def test_a_column_refuses_what_its_values_refuse() -> None:
         column_converter(c("date"), ValueRules("fail"))(["2024-01-01", "0000-00-00"])
 
 
+def test_mysql_refuses_a_decimal_nan_as_pymysql_does() -> None:
+    import pymysql
+
+    with pytest.raises(pymysql.err.ProgrammingError, match="nan"):
+        MysqlDialect().render_columns(CURSORS[0], [[Decimal("1.5"), Decimal("NaN")]])
+
+
 class _Cursor:
     """What MysqlDialect.render_columns needs of a cursor: a PyMySQL connection (never
     connected: escaping reads only its encoders and server status)."""
@@ -108,12 +115,19 @@ MYSQL_VALUES = st.one_of(
     st.datetimes(),
     st.timedeltas(),
 )
+#: Text that needs escaping now and then (a column is scanned once for it).
+MYSQL_TEXT = st.text(alphabet=st.sampled_from("ab'\"\\\x00\n\r\x1aé"), max_size=4)
 #: Columns of one type (and NULLs), as statements mostly are, and of mixed types.
 MYSQL_COLUMNS = st.one_of(
     st.lists(MYSQL_VALUES, min_size=3, max_size=3),
     *(
         st.lists(st.one_of(st.none(), kind), min_size=3, max_size=3)
-        for kind in (st.integers(), st.text(), st.decimals(allow_nan=False, allow_infinity=False))
+        for kind in (
+            st.integers(),
+            st.text(),
+            MYSQL_TEXT,
+            st.decimals(allow_nan=False, allow_infinity=False),
+        )
     ),
 )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Sequence
 from decimal import Decimal
 from types import NoneType
@@ -158,32 +159,45 @@ class MysqlDialect(SqlDialect):
 
 def _literals(conn: Any, values: list[Any]) -> list[str]:
     """``values`` as SQL literals, as ``conn.escape`` renders each (ints as ``str``, NULL,
-    text quoted and escaped, Decimal by PyMySQL's encoder), with the common column types
+    text quoted and escaped, Decimal as ``format(d, "f")``), with the common column types
     (one type, maybe NULLs) rendered without a call per value."""
     kinds = set(map(type, values))
     kinds.discard(NoneType)
     if kinds <= {int}:
         return ["NULL" if v is None else str(v) for v in values]
     if kinds == {str}:
-        if conn.server_status & _no_backslash_escapes():
-            return ["NULL" if v is None else "'" + v.replace("'", "''") + "'" for v in values]
-        table = _escape_table()
-        return ["NULL" if v is None else "'" + v.translate(table) + "'" for v in values]
-    if kinds == {Decimal}:
-        encoders = conn.encoders
-        encode = encoders[Decimal]
-        return ["NULL" if v is None else encode(v, encoders) for v in values]
+        return _quoted(conn, values)
+    if kinds == {Decimal} and all(map(Decimal.is_finite, filter(None, values))):
+        # PyMySQL's Decimal2Literal, less its refusal of NaN and infinities (none here).
+        return ["NULL" if v is None else format(v, "f") for v in values]
     escape = conn.escape
     return ["NULL" if v is None else escape(v) for v in values]
 
 
+def _quoted(conn: Any, values: list[str | None]) -> list[str]:
+    """Text values quoted and escaped as PyMySQL escapes them. Most text needs no escape
+    at all: one scan of the whole column finds out, and then each value is only quoted
+    (``str.translate`` with multi-character replacements costs 0.4-1 us per value)."""
+    text = "".join(filter(None, values))
+    if conn.server_status & _no_backslash_escapes():
+        if "'" not in text:
+            return ["NULL" if v is None else "'" + v + "'" for v in values]
+        return ["NULL" if v is None else "'" + v.replace("'", "''") + "'" for v in values]
+    table, special = _escapes()
+    if special.search(text) is None:
+        return ["NULL" if v is None else "'" + v + "'" for v in values]
+    return ["NULL" if v is None else "'" + v.translate(table) + "'" for v in values]
+
+
 @functools.cache
-def _escape_table() -> dict[int, str]:
-    """The translation PyMySQL's ``escape_string`` applies (backslash escapes), taken from
-    it once for ``str.translate``."""
+def _escapes() -> tuple[list[str], re.Pattern[str]]:
+    """The translation table of PyMySQL's ``escape_string`` (backslash escapes), taken
+    from it once, and a pattern matching the characters it changes."""
     from pymysql.converters import escape_string
 
-    return {c: escape_string(chr(c)) for c in range(128) if escape_string(chr(c)) != chr(c)}
+    table = [escape_string(chr(c)) for c in range(128)]
+    changed = "".join(chr(c) for c in range(128) if table[c] != chr(c))
+    return table, re.compile(f"[{re.escape(changed)}]")
 
 
 @functools.cache
