@@ -42,7 +42,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, KeysView, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -571,22 +571,38 @@ class SqlSink:
                 )
             return shape
 
+        # Consecutive effects mostly come from one event and have one column set: they
+        # go where the previous one went without the lookups.
+        write: _Write | None = None
+        previous: NetEffect | None = None
+        previous_names: KeysView[str] | None = None
         for effect in effects:
-            shape = shape_of(effect)
-            gkey = (effect.database, effect.table, shape.delete, shape.columns)
-            write = groups.get(gkey)
-            if write is None:
-                target = map_database(self.config.database_map, effect.database)
-                write = groups[gkey] = _Write(
-                    self.dialect.table_ref(target, effect.table),
-                    effect.table_name,
-                    tuple(effect.key),
-                    shape.columns,
-                    shape.delete,
-                )
-            if not write.runs or write.runs[-1][1] is not shape:
-                write.runs.append((len(write.effects), shape))
+            names = (effect.key if effect.action == DELETE else effect.image or {}).keys()
+            if (
+                write is None
+                or previous is None
+                or effect.position is not previous.position
+                or effect.action != previous.action
+                or effect.table != previous.table
+                or effect.database != previous.database
+                or names != previous_names
+            ):
+                shape = shape_of(effect)
+                gkey = (effect.database, effect.table, shape.delete, shape.columns)
+                write = groups.get(gkey)
+                if write is None:
+                    target = map_database(self.config.database_map, effect.database)
+                    write = groups[gkey] = _Write(
+                        self.dialect.table_ref(target, effect.table),
+                        effect.table_name,
+                        tuple(effect.key),
+                        shape.columns,
+                        shape.delete,
+                    )
+                if not write.runs or write.runs[-1][1] is not shape:
+                    write.runs.append((len(write.effects), shape))
             write.effects.append(effect)
+            previous, previous_names = effect, names
         try:
             for write in groups.values():
                 write.convert()
