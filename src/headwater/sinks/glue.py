@@ -32,6 +32,7 @@ import logging
 import pickle
 import threading
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -83,11 +84,20 @@ _REPEATED = frozenset(("source", "database", "table", "change_id", "file_num", "
 
 _PART_KEYS: dict[int, list[int]] = {}
 _PART_LOCK = threading.Lock()
+#: Sinks whose checkpoint table this process has set up.
+_SET_UP: weakref.WeakSet[SqlSink] = weakref.WeakSet()
 
 
 def write_sql_batch(sink: SqlSink, df: DataFrame, batch_id: int) -> None:
     """Apply a micro-batch of change rows through ``sink`` (module docstring)."""
-    sink.setup()
+    # The checkpoint table is created once per sink object, not at every micro-batch
+    # (its CREATE ... IF NOT EXISTS statements cost a target round trip each).
+    with _PART_LOCK:
+        ready = sink in _SET_UP
+    if not ready:
+        sink.setup()
+        with _PART_LOCK:
+            _SET_UP.add(sink)
     count = sink.config.shards
     keys = _part_keys(df.sparkSession, count)
     low: int | None = None

@@ -288,6 +288,26 @@ class _ForEachBatch:
             self.batch_end_s = time.time()
 
 
+#: Spark settings of pipeline sessions (the pipeline file's ``spark.conf`` overrides them).
+#: Micro-batches are small and frequent, so what each one costs besides its rows counts:
+#:
+#: * the checkpoint is a local directory (``checkpoint:``), and Spark's default manager
+#:   for it (FileContext) renames through Hadoop's local file system, whose link-status
+#:   calls fork a ``readlink`` process from the JVM (seen with strace: several per
+#:   micro-batch): the offset and commit files took 50-90 ms a micro-batch on two cores,
+#:   15-40 ms with the FileSystem-based manager, which writes the same files the same way
+#:   (temporary file, then rename: atomic on a local file system);
+#: * adaptive query execution re-plans at each shuffle, a second Spark job per
+#:   micro-batch; the pipeline's one shuffle (SQL sinks) has an explicit partition count,
+#:   which it would leave as it is anyway, and transforms are row by row.
+PIPELINE_SPARK_CONF = {
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
+    "spark.sql.adaptive.enabled": "false",
+}
+
 #: Name of the query's observed metrics (``newest_ts_us``: the batch's newest commit).
 OBSERVED = "headwater"
 #: Observed when signals are watched: ``signals``, rows inserted into the signal table.
@@ -362,7 +382,7 @@ class PipelineRunner:
             self._spark = build_session(
                 self.master,
                 f"headwater-pipeline-{self.config.name}",
-                conf=dict(self.config.spark_conf),
+                conf={**PIPELINE_SPARK_CONF, **dict(self.config.spark_conf)},
             )
         return self._spark
 
