@@ -12,10 +12,12 @@ to count (the cut may fall inside a record: ``end.row > 0``). :func:`plan_slices
 payload bytes, cut at record boundaries.
 
 Reading (executors). :func:`read_slice` opens its own log (task directory or HTTP
-connection), reads the slice's records one at a time, decodes each with
-:func:`headwater.changes.decode_record` and yields ``pyarrow.RecordBatch`` es of the change
-schema (:func:`headwater.spark.schema.change_arrow_schema`) of at most
-:data:`BATCH_ROWS` rows. Memory is one record plus one batch: a large transaction is
+connection), reads the slice's records one at a time, decodes each into change blocks
+(:func:`headwater.changes.decode_blocks`: one per rows event, the rows as value tuples)
+and yields ``pyarrow.RecordBatch`` es of the change schema
+(:func:`headwater.spark.schema.change_arrow_schema`) of at most :data:`BATCH_ROWS` rows,
+the same rows as :func:`headwater.changes.decode_record` would give (a differential test
+holds the two equal). Memory is one record plus one batch: a large transaction is
 stored as chunk records and a slice boundary may fall between its chunks (or inside one,
 at a row); every row carries ``sequence`` (``seq << 24 | row``) and its position, so order
 across slices is recoverable.
@@ -231,6 +233,7 @@ def _key_of(picks: list[tuple[str, int]], values: Sequence[Any]) -> dict[str, An
     return {k: None if i < 0 else values[i] for k, i in picks}
 
 
+#: A JSON column's value: the text, or None.
 _Json = str | None
 
 
