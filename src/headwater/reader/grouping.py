@@ -38,40 +38,34 @@ Record invariants (``headwater.changes`` describes the payload):
   a chunk is appended as soon as it is full and dropped from here.
 
 Compiled fast path: :meth:`Grouper.native_scan` hands the dump's receive buffer, at a
-transaction boundary, to :class:`headwater._native.Scanner`, which builds the records of
-the common MariaDB transactions (GTID, TABLE_MAPs of registered shapes, rows events, XID)
-itself, byte for byte as this module would, and appends them with
-``ChangeLog.append_frames``; a run of them is reported as one :class:`Committed` (the
-last transaction's, ``transactions`` counting them). A TABLE_MAP shape is registered the
-first time this module sees it (kept, not watched, its row images countable); whatever
-the scanner does not take -- DDL, QUERY-framed transactions, new shapes, filtered tables,
-chunked transactions, transactions the resume checks may skip -- comes here event by
-event, as before. ``HEADWATER_NATIVE=0`` in the environment turns the fast path off.
+transaction boundary, to ``Grouper.native`` (``headwater.reader.native``: when it applies,
+how it falls back), which stores the common MariaDB transactions itself, byte for byte as
+this module would; the shapes it may take are those this module registers with it as it
+meets them, and whatever it does not take comes here event by event.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
-from headwater._native import SHAPE, SLOW, Scanner
-from headwater.binlog._columns import value_width
-from headwater.binlog.codec import row_decoder_for
+from headwater._native import SLOW
 from headwater.binlog.constants import EventType
 from headwater.binlog.events import DecodeContext, GtidEvent, QueryEvent, parse_event
 from headwater.binlog.framing import FormatDescription, RawEvent
-from headwater.binlog.rows import count_rows, row_counter
 from headwater.binlog.tablemap import TableMap, parse_table_map
 from headwater.changes import is_ddl
 from headwater.errors import BinlogFormatError
 from headwater.position import MariadbGtid, MysqlGtid, Position, binlog_file_number
+from headwater.reader.committed import Committed
 from headwater.reader.filters import ROWS_KIND, TableFilter
+from headwater.reader.native import NativeIngest, native_ingest
+from headwater.reader.tablemaps import RowCounter, table_names
 from headwater.store import FIRST_CHUNK, LAST_CHUNK, Record
 
+# Committed (headwater.reader.committed) stays importable from here, where it used to live.
 __all__ = ["Committed", "Grouper", "RecordSink"]
 
 log = logging.getLogger(__name__)
@@ -107,9 +101,6 @@ _ENDS = frozenset((_XID, _XA_PREPARE))
 _MARIADB_GTID_HEAD = struct.Struct("<QIB")  # seq_no, domain_id, flags (after the header)
 _unpack_mariadb_gtid = _MARIADB_GTID_HEAD.unpack_from
 _BEGIN = (b"BEGIN", b"XA START", b"START TRANSACTION")
-#: frame buffers kept for reuse (about 4 MiB each, Grouper._out_buffer): enough to cycle
-#: past the store's memory tail (32 MiB by default) without pinning much more
-_OUT_POOL = 16
 _END = (b"COMMIT", b"ROLLBACK", b"XA END", b"XA PREPARE")
 
 
@@ -119,61 +110,6 @@ class RecordSink(Protocol):
     def append_nowait(self, record: Record) -> int: ...
 
     def append_many(self, records: Sequence[Record]) -> int: ...
-
-
-class FrameSink(RecordSink, Protocol):
-    """A sink that also takes the native scanner's frames (``ChangeLog``)."""
-
-    def append_frames(self, frames: memoryview, gtids: list[str] | None = None) -> int: ...
-
-    @property
-    def next_seq(self) -> int: ...
-
-
-@dataclass(slots=True)
-class Committed:
-    """One transaction the grouper finished (stored or dropped by the filters)."""
-
-    position: Position
-    gtid: str
-    gtid_obj: MariadbGtid | MysqlGtid | None
-    ts_us: int
-    stored: bool
-    last_seq: int
-    records: int
-    next_file: str
-    next_offset: int
-    is_ddl: bool
-    #: raw (TABLE_MAP, rows event) pairs of the watched table (heartbeats)
-    watched: list[tuple[bytes, bytes]] = field(default_factory=list)
-    #: the transaction was skipped (``skip`` said it is already stored or before the start)
-    skipped: bool = False
-    #: transactions this reports: more than 1 for a run of the native scanner, whose
-    #: fields are those of its last transaction (all stored, none DDL or watched)
-    transactions: int = 1
-
-
-def _table_names(body: memoryview, id_size: int) -> tuple[int, str, str]:
-    """Table id, database and table of a TABLE_MAP body, without parsing the rest."""
-    table_id = int.from_bytes(body[:id_size], "little")
-    p = id_size + 2
-    n = body[p]
-    db = bytes(body[p + 1 : p + 1 + n]).decode("utf-8", "replace")
-    p += n + 2
-    m = body[p]
-    table = bytes(body[p + 1 : p + 1 + m]).decode("utf-8", "replace")
-    return table_id, db, table
-
-
-@dataclass(slots=True)
-class _Counter:
-    """Row counting for one TABLE_MAP shape: the parsed map and the count function of
-    the last rows header seen (``type_code`` -1: none)."""
-
-    table_map: TableMap
-    type_code: int = -1
-    prefix: bytes = b""
-    fn: Callable[[memoryview | bytes, int, int], int] = lambda _b, _p, _e: 0
 
 
 class Grouper:
@@ -218,7 +154,7 @@ class Grouper:
         self.on_table_map = on_table_map
         self._seen_maps: set[bytes] = set()
         # TABLE_MAP body -> (table id, db.table, kept, counter, watched)
-        self._map_info: dict[bytes, tuple[int, str, bool, _Counter | None, bool]] = {}
+        self._map_info: dict[bytes, tuple[int, str, bool, RowCounter | None, bool]] = {}
         self.count_errors = 0
         self.schema_version = 0
         self.fde_raw = b""
@@ -230,13 +166,8 @@ class Grouper:
         self.skipped = 0
         self.chunks = 0
         self._dropped_rows = self.filter.dropped_rows_types
-        #: the compiled fast path (None: the sink cannot take frames)
-        native = hasattr(sink, "append_frames") and os.environ.get("HEADWATER_NATIVE") != "0"
-        self.scanner: Scanner | None = Scanner() if native else None
-        self._dropped_mask = bytes(t in self._dropped_rows for t in range(256))
-        self.native_transactions = 0
-        self._registered: set[bytes] = set()  # shapes the scanner knows
-        self._outs: list[bytearray] = []  # frame buffers (_out_buffer)
+        #: the compiled fast path (None: the sink cannot take frames, or it is turned off)
+        self.native: NativeIngest | None = native_ingest(sink, self._dropped_rows, chunk_bytes)
         self._reset()
 
     # -- state of the transaction under way ----------------------------------------------------
@@ -253,7 +184,7 @@ class Grouper:
         self._content = False  # a kept rows event or DDL
         self._tables: dict[str, int] = {}
         # table id -> (name, kept, raw event, row counter or None, watched)
-        self._maps: dict[int, tuple[str, bool, bytes, _Counter | None, bool]] = {}
+        self._maps: dict[int, tuple[str, bool, bytes, RowCounter | None, bool]] = {}
         self._gtid = ""
         self._gtid_obj: MariadbGtid | MysqlGtid | None = None
         self._commit_ts_us = 0
@@ -273,10 +204,13 @@ class Grouper:
     def _begin(self, file: str, offset: int) -> None:
         self._reset()
         self._in_txn = True
+        self._pos = Position(self.change_id, self._file_number(file), offset)
+
+    def _file_number(self, file: str) -> int:
         num = self._file_nums.get(file)
         if num is None:
             num = self._file_nums[file] = binlog_file_number(file)
-        self._pos = Position(self.change_id, num, offset)
+        return num
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -333,10 +267,9 @@ class Grouper:
                 self.fde = FormatDescription.parse(raw.data)
                 self.fde_raw = bytes(raw.data)
                 self.ctx.fde = self.fde
-                if self._id_size != self.fde.table_id_size and self.scanner is not None:
-                    self.scanner = Scanner(self.fde.table_id_size)  # shapes read anew
+                if self._id_size != self.fde.table_id_size and self.native is not None:
+                    self.native.restart(self.fde.table_id_size)  # shapes read anew
                     self._map_info.clear()
-                    self._registered.clear()
                 self._id_size = self.fde.table_id_size
             return None
         self._begin(file, offset)
@@ -381,22 +314,21 @@ class Grouper:
                 self._tables[name] = 0
             self._add(event)
 
-    def _new_shape(self, shape: bytes) -> tuple[int, str, bool, _Counter | None, bool]:
+    def _new_shape(self, shape: bytes) -> tuple[int, str, bool, RowCounter | None, bool]:
         """A TABLE_MAP body not seen before: filter, parse (row counting), cross-check."""
-        table_id, db, table = _table_names(memoryview(shape), self._id_size)
+        table_id, db, table = table_names(memoryview(shape), self._id_size)
         name = f"{db}.{table}"
         kept = self.filter.wants(db, table)
         tm = self._parse_map(shape) if kept else None
         watched = self.watch is not None and (db, table) == self.watch
-        info = (table_id, name, kept, None if tm is None else _Counter(tm), watched)
+        info = (table_id, name, kept, None if tm is None else RowCounter(tm), watched)
         if len(self._map_info) > 10_000:
             self._map_info.clear()
-            if self.scanner is not None:
-                self.scanner.clear()
-                self._registered.clear()
+            if self.native is not None:
+                self.native.forget_shapes()
         self._map_info[shape] = info
-        if self.scanner is not None and tm is not None and not watched:
-            self._register(shape, name, tm)
+        if self.native is not None and tm is not None and not watched:
+            self.native.register(shape, name, tm)
         if kept and self.on_table_map is not None:
             # A new TABLE_MAP shape for the schema history's cross-check.
             version = self.on_table_map(b"\0" * 19 + shape, self._pos)
@@ -404,18 +336,7 @@ class Grouper:
                 self.schema_version = version
         return info
 
-    def _register(self, shape: bytes, name: str, tm: TableMap) -> None:
-        """Let the scanner count this shape's rows: each column's value width (fixed, or
-        the bytes of its length), as the generated Python counter walks them."""
-        assert self.scanner is not None
-        try:
-            widths = [value_width(c) for c in row_decoder_for(tm).plan]
-        except BinlogFormatError:
-            return  # a column the counter does not frame: this shape stays with Python
-        if len(widths) != tm.column_count or not all(-4 <= w <= 127 for w in widths):
-            return
-        self.scanner.add_shape(shape, name.encode("utf-8"), bytes(w & 0xFF for w in widths))
-        self._registered.add(shape)
+    # -- the compiled path -------------------------------------------------------------------
 
     def native_scan(
         self,
@@ -431,118 +352,48 @@ class Grouper:
         gtid_floor: tuple[int, int] | None,
         max_out: int = 4 * 1024 * 1024,
     ) -> tuple[int, int, int, Committed | None, int]:
-        """Run the compiled scanner over ``buf[start:end]`` (packets of the dump, ``start``
-        a transaction boundary, ``seq`` the packet sequence number there) and append what
-        it builds. Returns ``(status, stop, seq, committed, events)``: the scanner's status
-        (``headwater._native`` SLOW, MORE, LIMIT), where it stopped and the sequence number
-        there, the :class:`Committed` of the run (None if empty) and the events it held.
-
-        ``after``: (file number, offset) of the last transaction processed in this
-        change_id, ``gtid_floor``: (domain, seq_no) of the GTID position (seq_no -1: none
-        of the domain yet) or None (no GTIDs seen): transactions the scanner cannot tell
-        are new are left to the event path, which asks ``skip``.
-        """
-        scanner = self.scanner
+        """Offer ``buf[start:end]`` to the compiled path (arguments and result:
+        :meth:`NativeIngest.scan`) if it may start there: a MariaDB stream, no transaction
+        under way here; else SLOW (the scanner let go of what it held of a transaction)."""
+        native = self.native
         fde = self.fde
-        if scanner is None or fde is None or not fde.is_mariadb or self._in_txn:
-            if scanner is not None:
-                scanner.reset()
+        if native is None or fde is None or not fde.is_mariadb or self._in_txn:
+            if native is not None:
+                native.reset()
             return SLOW, start, seq, None, 0
-        num = self._file_nums.get(file)
-        if num is None:
-            num = self._file_nums[file] = binlog_file_number(file)
-        n = events = 0
-        last_seq = 0
-        last: tuple[int, int, int, int, int, int] | None = None
+        num = self._file_number(file)
         if self.pending:
             self.flush()  # records keep their order (and the seqs of the frames hold)
-        sink: FrameSink = self.sink  # type: ignore[assignment]  # checked in __init__
-        while True:
-            out = self._out_buffer()
-            status, start, seq, size, count, got, run = scanner.scan(
-                buf,
-                start,
-                end,
-                seq,
-                crc=crc,
-                verify=verify,
-                change_id=self.change_id,
-                file_num=num,
-                schema_version=self.schema_version,
-                chunk_bytes=self.chunk_bytes,
-                after_file=-1 if after is None else after[0],
-                after_offset=-1 if after is None else after[1],
-                gtid_domain=-1 if gtid_floor is None else gtid_floor[0],
-                gtid_floor=-1 if gtid_floor is None else gtid_floor[1],
-                dropped=self._dropped_mask,
-                max_out=max_out,
-                out=out,
-                seq0=sink.next_seq,
-            )
-            if run is not None:
-                last_seq = sink.append_frames(memoryview(out)[:size])
-                n += count
-                events += got
-                last = run
-                gtid_floor = (run[3], run[5])  # as the scan itself goes on (ingest.c)
-                after = (num, run[0])
-            if status != SHAPE:
-                break
-            if not self._learn_shape(buf, start, num):
-                scanner.reset()
-                status = SLOW
-                break
-        if last is None:
-            return status, start, seq, None, 0
-        offset, log_pos, ts_s, domain, server_id, seq_no = last
-        self.native_transactions += n
-        done = Committed(
-            Position(self.change_id, num, offset),
-            f"{domain}-{server_id}-{seq_no}",
-            MariadbGtid(domain, server_id, seq_no),
-            ts_s * 1_000_000,
-            True,
-            last_seq,
-            n,
-            file,
-            log_pos,
-            False,
-            transactions=n,
+
+        def learn(shape: bytes, txn_offset: int) -> int:
+            """Look at a TABLE_MAP the scanner stopped at as :meth:`_table_map` would."""
+            if shape not in self._map_info:
+                self._pos = Position(self.change_id, num, txn_offset)
+                self._new_shape(shape)
+            return self.schema_version
+
+        return native.scan(
+            buf,
+            start,
+            end,
+            seq,
+            file=file,
+            file_num=num,
+            change_id=self.change_id,
+            schema_version=self.schema_version,
+            checksum_size=fde.checksum_size,
+            crc=crc,
+            verify=verify,
+            after=after,
+            gtid_floor=gtid_floor,
+            max_out=max_out,
+            learn=learn,
         )
-        return status, start, seq, done, events
 
-    def _out_buffer(self) -> bytearray:
-        """A buffer for the scanner's frames that nothing points into any more (the
-        store's memory tail and write buffer hold views of the ones in use): reused, its
-        pages are already mapped -- fresh memory costs a page fault per 4 KiB."""
-        pool = self._outs
-        for buf in pool:
-            if not buf:
-                return buf
-            try:
-                last = buf.pop()  # fails while a view of it is alive (never reallocates)
-            except BufferError:
-                continue
-            buf.append(last)
-            return buf
-        buf = bytearray()
-        if len(pool) < _OUT_POOL:
-            pool.append(buf)
-        return buf
-
-    def _learn_shape(self, buf: bytearray, start: int, file_num: int) -> bool:
-        """The scanner stopped at a TABLE_MAP it does not know (``start`` + its ``resume``):
-        look at it as :meth:`_table_map` would; whether the scanner can go on with it."""
-        assert self.scanner is not None
-        p = start + self.scanner.resume
-        length = buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16
-        size = length - 1 - (self.fde.checksum_size if self.fde is not None else 0)
-        shape = bytes(buf[p + 5 + 19 : p + 5 + size])
-        info = self._map_info.get(shape)
-        if info is None:
-            self._pos = Position(self.change_id, file_num, self.scanner.txn_offset)
-            info = self._new_shape(shape)
-        return self.scanner.in_transaction and shape in self._registered
+    @property
+    def native_transactions(self) -> int:
+        """Transactions the compiled path stored (0 without it)."""
+        return 0 if self.native is None else self.native.transactions
 
     def _parse_map(self, shape: bytes) -> TableMap | None:
         mariadb = self.fde is None or self.fde.is_mariadb
@@ -552,26 +403,17 @@ class Grouper:
             log.warning("TABLE_MAP at %s does not parse (rows not counted): %s", self._pos, e)
             return None
 
-    def _count(self, tc: int, data: memoryview | bytes, counter: _Counter) -> int:
+    def _count(self, tc: int, data: memoryview | bytes, counter: RowCounter) -> int:
         """Rows in a rows event whose header differs from the table's last one (0,
         reported, if its images do not frame)."""
-        body = data[19:]
         try:
-            known = row_counter(tc, body, table_map=counter.table_map, table_id_size=self._id_size)
-            if known is None:
-                counter.type_code = -1
-                return count_rows(
-                    tc, body, table_map=counter.table_map, table_id_size=self._id_size
-                )
-            start, fn = known
-            counter.type_code, counter.prefix, counter.fn = tc, bytes(body[:start]), fn
-            return int(fn(body, start, len(body)))
+            return counter.count(tc, data, self._id_size)
         except BinlogFormatError as e:
             self.count_errors += 1
             log.warning("rows event at %s: rows not counted: %s", self._pos, e)
             return 0
 
-    def _count_known(self, counter: _Counter, data: memoryview | bytes) -> int:
+    def _count_known(self, counter: RowCounter, data: memoryview | bytes) -> int:
         start = 19 + len(counter.prefix)
         try:
             return int(counter.fn(data, start, len(data)))
@@ -739,8 +581,8 @@ class Grouper:
         or never abort after a chunk -- the task reopens the store in that case.
         """
         self._reset()
-        if self.scanner is not None:
-            self.scanner.reset()
+        if self.native is not None:
+            self.native.reset()
 
     @property
     def open_chunks(self) -> int:

@@ -67,8 +67,9 @@ from headwater.position import (
     Position,
     parse_gtid_set,
 )
+from headwater.reader.committed import Committed
 from headwater.reader.filters import TableFilter
-from headwater.reader.grouping import Committed, Grouper
+from headwater.reader.grouping import Grouper
 from headwater.reader.heartbeat import HeartbeatWriter, heartbeat_times
 from headwater.reader.schema_link import SchemaLink
 from headwater.reader.source import backoff_delays, probe
@@ -389,7 +390,7 @@ class ReaderTask:
         if framer is None or read is None:
             grouper.batch = False
             return
-        if grouper.scanner is None:
+        if grouper.native is None:
             flush = self._flush
 
             def recv_into(view: memoryview) -> int:
@@ -403,8 +404,8 @@ class ReaderTask:
             return self._native_consume(framer, buf, start, end, seq)
 
         def abandon() -> None:
-            assert grouper.scanner is not None
-            grouper.scanner.reset()
+            assert grouper.native is not None
+            grouper.native.reset()
 
         splitter = DumpSplitter(
             read,

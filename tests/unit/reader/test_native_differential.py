@@ -37,8 +37,9 @@ from headwater.binlog.framing import DumpSplitter
 from headwater.config import FilterConfig
 from headwater.errors import CorruptRecordError, HeadwaterError
 from headwater.position import MariadbGtid, MariadbGtidPos, Position
+from headwater.reader.committed import Committed
 from headwater.reader.filters import TableFilter
-from headwater.reader.grouping import Committed, Grouper
+from headwater.reader.grouping import Grouper
 from headwater.store import ChangeLog, StoreOptions
 from headwater.store.segment import SEG, read_footer
 
@@ -273,8 +274,8 @@ def run(
     feed = Feed(packets, sizes)
     read: Callable[[memoryview], int]
     if native:
-        assert grouper.scanner is not None
-        scanner = grouper.scanner
+        assert grouper.native is not None
+        native_path = grouper.native
 
         def consume(buf: bytearray, start: int, end: int, seq: int) -> tuple[int, int, int]:
             last = next((d for d in reversed(dones) if not d.skipped), None)
@@ -298,14 +299,14 @@ def run(
             feed,
             consume,
             ready=lambda: not grouper.in_transaction,
-            abandon=scanner.reset,
+            abandon=native_path.reset,
             before_read=grouper.flush,
             buffer_size=buffer_size,
             min_read=1024,
         )
         read = splitter.recv_into
     else:
-        grouper.scanner = None
+        grouper.native = None
 
         def read(view: memoryview) -> int:
             grouper.flush()

@@ -11,8 +11,9 @@ from headwater.binlog.framing import RawEvent
 from headwater.changes import iter_payload_events
 from headwater.config import FilterConfig
 from headwater.position import Position
+from headwater.reader.committed import Committed
 from headwater.reader.filters import TableFilter
-from headwater.reader.grouping import Committed, Grouper
+from headwater.reader.grouping import Grouper
 from headwater.store import Record
 
 E = EventType
