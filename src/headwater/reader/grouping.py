@@ -116,11 +116,10 @@ class Grouper:
     """Groups one stream's events into records (see the module docstring).
 
     ``on_ddl(query, position) -> schema version`` is called for every DDL statement before
-    its record is built; ``schema_version`` is stored in each record. ``accept(committed)``
-    may veto storing a finished transaction (resume de-duplication, start-time filter):
-    it is asked before the last record is appended, only for transactions that fit in one
-    record; a chunked transaction is always new (vetoed transactions are checked at their
-    GTID/first event through ``skip_at_start``).
+    its record is built; ``schema_version`` is stored in each record.
+    ``skip(position, gtid text, gtid, timestamp)`` is asked when a transaction starts (at
+    its GTID event, or its first event when it has none) and drops the whole transaction
+    when true (resume de-duplication, start-time filter).
 
     ``batch``: the record that ends a transaction is kept in :attr:`pending` (and
     ``Committed.last_seq`` is 0) until :meth:`flush` appends them all with one
