@@ -31,38 +31,35 @@ raises :class:`~headwater.errors.SinkError` naming the table, the key of the fir
 that fails on its own (each batched statement runs under a savepoint, so the failing
 batch is re-run row by row to find it) and the statement, with the sequence to resume
 from. Nothing of a failed transaction stays in the target.
+
+This module holds the loop itself (:class:`SqlSink`: retries, the checkpoint transaction,
+DDL). What a target supplies and the sink's options are in :mod:`headwater.sinks.dialect`
+(re-exported here), the grouping, conversion and batched running of the statements in
+:mod:`headwater.sinks.writes`, the reuse of idle connections in :mod:`headwater.sinks.pool`.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import random
-import threading
 import time
-from abc import ABC, abstractmethod
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, KeysView, Sequence
-from dataclasses import dataclass, field
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from headwater.errors import ConfigError, SinkError, TransientSinkError
 from headwater.position import Position
-from headwater.schema.model import TableDef
 from headwater.sinks.base import (
     ApplyResult,
     Change,
-    ConnectionOptions,
     DdlMode,
-    RetryPolicy,
-    SchemaSource,
     SinkCapabilities,
     as_change,
     map_database,
 )
+from headwater.sinks.dialect import SqlDialect, SqlSinkConfig, describe
 from headwater.sinks.merge import (
-    DELETE,
     ChangeColumns,
     KeyEvent,
     NetEffect,
@@ -70,7 +67,8 @@ from headwater.sinks.merge import (
     collapse_columns,
     explode,
 )
-from headwater.sinks.values import ValueRules, column_converter
+from headwater.sinks.pool import POOL, close_quietly, rollback_quietly
+from headwater.sinks.writes import plan_writes, run_write
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -83,112 +81,6 @@ log = logging.getLogger(__name__)
 DDL_SHARD = -1
 
 OnRetry = Callable[[int, BaseException], None]
-
-
-@dataclass(frozen=True, slots=True)
-class SqlSinkConfig:
-    """Options of a SQL sink (plain data: picklable, no secrets).
-
-    ``pipeline`` names the pipeline in the checkpoint table (two pipelines into one target
-    keep separate checkpoints). ``database_map`` pairs ``(source database, target
-    database)`` (PostgreSQL: target schema). ``shards`` is how many partitions the Spark
-    glue applies in parallel (fixed for a pipeline's life: checkpoints are per shard).
-    ``batch_rows`` caps the rows of one statement. ``zero_dates``: ``keep``, ``null`` or
-    ``fail`` (the dialect's capabilities say which it accepts).
-    """
-
-    pipeline: str
-    connection: ConnectionOptions
-    schema: SchemaSource
-    database_map: tuple[tuple[str, str], ...] = ()
-    checkpoint_database: str = "headwater"
-    shards: int = 2
-    batch_rows: int = 500
-    ddl: DdlMode = DdlMode.SKIP
-    create_tables: bool = False
-    zero_dates: str = "null"
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-
-
-class SqlDialect(ABC):
-    """The SQL and driver specifics of one kind of target. Stateless: one instance per
-    module, pickled by reference."""
-
-    capabilities: ClassVar[SinkCapabilities]
-    quote_char: ClassVar[str]
-    text_bytes: ClassVar[bool]
-
-    def ident(self, name: str) -> str:
-        q = self.quote_char
-        return q + name.replace(q, q + q) + q
-
-    def table_ref(self, schema: str, table: str) -> str:
-        return f"{self.ident(schema)}.{self.ident(table)}"
-
-    @abstractmethod
-    def connect(self, options: ConnectionOptions, config: SqlSinkConfig) -> Any:
-        """A DB-API connection, autocommit off, session in UTC."""
-
-    @abstractmethod
-    def retryable(self, exc: BaseException) -> bool | None:
-        """True: retry; False: a database error that retrying cannot fix; None: not a
-        database error at all."""
-
-    @abstractmethod
-    def upsert_rendered(
-        self, table: str, columns: Sequence[str], key: Sequence[str], rows: str
-    ) -> str:
-        """An insert-or-update of the rows ``rows`` (SQL text ``(...), (...)``: literals
-        from :meth:`render_columns`, or ``%s`` placeholders)."""
-
-    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str], rows: int) -> str:
-        """An insert-or-update of ``rows`` rows with ``%s`` placeholders."""
-        one = "(" + ", ".join(["%s"] * len(columns)) + ")"
-        return self.upsert_rendered(table, columns, key, ", ".join([one] * rows))
-
-    @abstractmethod
-    def create_table_sql(self, schema: str, tdef: TableDef) -> list[str]:
-        """``CREATE ... IF NOT EXISTS`` statements for the target schema and table."""
-
-    @abstractmethod
-    def checkpoint_setup_sql(self, schema: str) -> list[str]:
-        """Statements creating the checkpoint table if missing."""
-
-    @abstractmethod
-    def insert_missing_sql(self, table: str) -> str:
-        """Insert a checkpoint row ``(pipeline, source, shard)`` unless it exists."""
-
-    def setup_lock_sql(self) -> list[str]:
-        """Statements run first in a transaction that creates schemas or tables, so that
-        concurrent creators (the shards) take turns; none when ``IF NOT EXISTS`` is safe
-        under concurrency on this target."""
-        return []
-
-    def lost_create_race(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is what ``CREATE ... IF NOT EXISTS`` raises when a concurrent
-        creator won (the object now exists)."""
-        return False
-
-    def ddl_statements(self, change: Change, config: SqlSinkConfig) -> list[str]:
-        raise SinkError("this target cannot apply source DDL", table=change.table_name)
-
-    def render_columns(self, cur: Any, columns: Sequence[list[Any]]) -> str | None:
-        """Rows given column by column (``columns[j][i]``: column ``j`` of row ``i``) as
-        SQL text ``(v1, v2), (v3, v4)`` (values as literals), or None when this dialect
-        binds parameters instead (the driver's own escaping is used)."""
-        return None
-
-    def delete_rendered(self, table: str, key: Sequence[str], rows: str) -> str:
-        """:meth:`delete_sql` around rows from :meth:`render_columns`."""
-        cols = ", ".join(self.ident(c) for c in key)
-        return f"DELETE FROM {table} WHERE ({cols}) IN ({rows})"
-
-    def delete_sql(self, table: str, key: Sequence[str], rows: int) -> str:
-        cols = ", ".join(self.ident(c) for c in key)
-        if len(key) == 1:
-            return f"DELETE FROM {table} WHERE {cols} IN ({', '.join(['%s'] * rows)})"
-        one = "(" + ", ".join(["%s"] * len(key)) + ")"
-        return f"DELETE FROM {table} WHERE ({cols}) IN ({', '.join([one] * rows)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,47 +100,6 @@ def _progress(items: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
         last, count = out.get(source, (seq, 0))
         out[source] = (max(last, seq), count + 1)
     return out
-
-
-class _Shape(NamedTuple):
-    """How the net effects of one table definition and column set are written: the
-    statement's columns (the key's for a delete, the image's in table order for an upsert)
-    and a column converter for each."""
-
-    delete: bool
-    columns: tuple[str, ...]
-    convert: list[Callable[[list[Any]], list[Any]]]
-
-
-@dataclass(slots=True)
-class _Write:
-    """The net effects of one statement shape: a table's deletes, or its upserts of one
-    column set. ``values[j][i]`` is column ``j`` of effect ``i``, converted for the driver
-    a column at a time (:func:`~headwater.sinks.values.column_converter`)."""
-
-    table: str  # target reference, quoted
-    name: str  # source db.table, for messages
-    key: tuple[str, ...]
-    columns: tuple[str, ...]
-    delete: bool
-    effects: list[NetEffect] = field(default_factory=list)
-    #: ``(index of the first effect, shape)``: a new run starts where the table
-    #: definition (the converters) changes, so effects keep their order.
-    runs: list[tuple[int, _Shape]] = field(default_factory=list)
-    values: list[list[Any]] = field(default_factory=list)
-
-    def row(self, i: int) -> list[Any]:
-        return [column[i] for column in self.values]
-
-    def convert(self) -> None:
-        """Fill :attr:`values` (raises what a converter raises)."""
-        self.values = [[] for _ in self.columns]
-        bounds = [start for start, _ in self.runs[1:]] + [len(self.effects)]
-        for (start, shape), stop in zip(self.runs, bounds, strict=True):
-            effects = self.effects[start:stop]
-            sources = [e.key if self.delete else e.image or {} for e in effects]
-            for j, name in enumerate(shape.columns):
-                self.values[j].extend(shape.convert[j](list(map(itemgetter(name), sources))))
 
 
 class SqlSink:
@@ -302,7 +153,7 @@ class SqlSink:
             if connection is not None:
                 conn = connection
             else:
-                conn = _POOL.take(self._pool_key()) if pooled else None
+                conn = POOL.take(self._pool_key()) if pooled else None
                 reused = conn is not None
                 if conn is None:
                     conn = self.connect()
@@ -313,34 +164,32 @@ class SqlSink:
                 keep = pooled
                 return result, attempt
             except BaseException as exc:
-                _rollback(conn)
+                rollback_quietly(conn)
                 if creates and attempt < policy.attempts and self.dialect.lost_create_race(exc):
                     # A concurrent CREATE ... IF NOT EXISTS won: run ours again, it now sees
                     # the object and does nothing.
-                    log.info("%s: a concurrent creator won (%s); again", what, _describe(exc))
+                    log.info("%s: a concurrent creator won (%s); again", what, describe(exc))
                     continue
                 verdict = self.dialect.retryable(exc)
                 if not verdict:
                     raise
                 if reused:  # the target restarted or dropped idle sessions: the other
-                    _POOL.clear(self._pool_key())  # pooled connections are stale too
+                    POOL.clear(self._pool_key())  # pooled connections are stale too
                 if connection is not None or attempt >= policy.attempts:
                     raise TransientSinkError(
-                        f"{what}: {_describe(exc)} (gave up after {attempt} attempts)",
+                        f"{what}: {describe(exc)} (gave up after {attempt} attempts)",
                         resume_sequence=resume,
                     ) from exc
-                log.warning(
-                    "%s: %s; retry %d of %d", what, _describe(exc), attempt, policy.attempts
-                )
+                log.warning("%s: %s; retry %d of %d", what, describe(exc), attempt, policy.attempts)
                 if on_retry is not None:
                     on_retry(attempt, exc)
                 time.sleep(policy.delay(attempt, random.random()))
             finally:
                 if connection is None:
                     if keep:
-                        _POOL.give(self._pool_key(), conn)
+                        POOL.give(self._pool_key(), conn)
                     else:
-                        _close(conn)
+                        close_quietly(conn)
 
     def _pool_key(self) -> tuple[Any, ...]:
         return (type(self), self.config.connection, self.config.zero_dates)
@@ -516,7 +365,7 @@ class SqlSink:
         shard: int,
     ) -> ApplyResult:
         ckpt = self.dialect.table_ref(self.config.checkpoint_database, "headwater_checkpoint")
-        pipeline = self.config.pipeline
+        pipeline, batch_rows = self.config.pipeline, self.config.batch_rows
         applied: dict[str, int] = {}
         with conn.cursor() as cur:
             for source in sources:
@@ -530,14 +379,14 @@ class SqlSink:
             chosen = select(applied)
             if not chosen.progress:
                 return ApplyResult(shard, batch_id, skipped=chosen.skipped, checkpoints=applied)
-            writes = self._writes(chosen.effects, batch_id, shard)
+            writes = plan_writes(chosen.effects, self.config, self.dialect, batch_id, shard)
             upserts = deletes = 0
             for write in writes:
                 if write.delete:
-                    deletes += self._run(cur, write, batch_id, shard)
+                    deletes += run_write(cur, write, self.dialect, batch_rows, batch_id, shard)
             for write in writes:
                 if not write.delete:
-                    upserts += self._run(cur, write, batch_id, shard)
+                    upserts += run_write(cur, write, self.dialect, batch_rows, batch_id, shard)
             for source, (last, count) in chosen.progress.items():
                 applied[source] = last
                 cur.execute(
@@ -547,172 +396,6 @@ class SqlSink:
                     (batch_id, last, count, pipeline, source, shard),
                 )
         return ApplyResult(shard, batch_id, upserts, deletes, chosen.skipped, applied)
-
-    def _writes(self, effects: list[NetEffect], batch_id: int, shard: int) -> list[_Write]:
-        rules = ValueRules(self.config.zero_dates, self.dialect.text_bytes)
-        groups: dict[tuple[str, str, bool, tuple[str, ...]], _Write] = {}
-        # Rows of one binlog event share a position object: look each definition up once
-        # per position (the effects hold the positions, so ids stay unique meanwhile), and
-        # work out each statement shape (columns, converters) once.
-        tdefs: dict[tuple[str, str, int], TableDef] = {}
-        shapes: dict[tuple[int, bool, tuple[str, ...]], _Shape] = {}
-
-        def shape_of(effect: NetEffect) -> _Shape:
-            at = (effect.database, effect.table, id(effect.position))
-            tdef = tdefs.get(at)
-            if tdef is None:
-                tdef = tdefs[at] = self._table_def(effect, batch_id, shard)
-            delete = effect.action == DELETE
-            names = tuple(effect.key if delete else effect.image or {})
-            shape = shapes.get((id(tdef), delete, names))
-            if shape is None:
-                shape = shapes[(id(tdef), delete, names)] = self._shape(
-                    effect, tdef, delete, names, rules, batch_id, shard
-                )
-            return shape
-
-        # Consecutive effects mostly come from one event and have one column set: they
-        # go where the previous one went without the lookups.
-        write: _Write | None = None
-        previous: NetEffect | None = None
-        previous_names: KeysView[str] | None = None
-        for effect in effects:
-            names = (effect.key if effect.action == DELETE else effect.image or {}).keys()
-            if (
-                write is None
-                or previous is None
-                or effect.position is not previous.position
-                or effect.action != previous.action
-                or effect.table != previous.table
-                or effect.database != previous.database
-                or names != previous_names
-            ):
-                shape = shape_of(effect)
-                gkey = (effect.database, effect.table, shape.delete, shape.columns)
-                write = groups.get(gkey)
-                if write is None:
-                    target = map_database(self.config.database_map, effect.database)
-                    write = groups[gkey] = _Write(
-                        self.dialect.table_ref(target, effect.table),
-                        effect.table_name,
-                        tuple(effect.key),
-                        shape.columns,
-                        shape.delete,
-                    )
-                if not write.runs or write.runs[-1][1] is not shape:
-                    write.runs.append((len(write.effects), shape))
-            write.effects.append(effect)
-            previous, previous_names = effect, names
-        try:
-            for write in groups.values():
-                write.convert()
-        except (ValueError, TypeError):
-            raise _conversion_error(effects, shape_of, batch_id, shard) from None
-        return list(groups.values())
-
-    def _shape(
-        self,
-        effect: NetEffect,
-        tdef: TableDef,
-        delete: bool,
-        names: tuple[str, ...],
-        rules: ValueRules,
-        batch_id: int,
-        shard: int,
-    ) -> _Shape:
-        # A delete names the key's columns in key order (its statement's ``(k1, k2) IN``
-        # lists them so); an upsert writes the image's columns in table order.
-        known = {c.name for c in tdef.columns}
-        columns = names if delete else tuple(c.name for c in tdef.columns if c.name in names)
-        unknown = set(names) - known
-        if unknown:
-            raise SinkError(
-                f"columns {sorted(unknown)} are not in the table definition",
-                table=effect.table_name,
-                key=effect.key,
-                shard=shard,
-                batch_id=batch_id,
-                resume_sequence=effect.first_sequence,
-            )
-        convert = [column_converter(tdef.column(c), rules) for c in columns]  # type: ignore[arg-type]
-        return _Shape(delete, columns, convert)
-
-    def _table_def(self, effect: NetEffect, batch_id: int, shard: int) -> TableDef:
-        tdef = self.config.schema.table_at(effect.database, effect.table, effect.position)
-        if tdef is None:
-            raise SinkError(
-                f"no table definition at position {effect.position}",
-                table=effect.table_name,
-                key=effect.key,
-                shard=shard,
-                batch_id=batch_id,
-                resume_sequence=effect.first_sequence,
-            )
-        return tdef
-
-    def _run(self, cur: Any, write: _Write, batch_id: int, shard: int) -> int:
-        count = len(write.effects)
-        width = len(write.columns)
-        size = max(1, min(self.config.batch_rows, self.dialect.capabilities.max_params // width))
-        for start in range(0, count, size):
-            rows = range(start, min(count, start + size))
-            chunk = [column[start : rows.stop] for column in write.values]
-            rendered = self.dialect.render_columns(cur, chunk)
-            params: list[Any] | None = None
-            if rendered is None:
-                sql = self._statement(write, len(rows))
-                params = [v for row in zip(*chunk, strict=True) for v in row]
-            elif write.delete:
-                sql = self.dialect.delete_rendered(write.table, write.columns, rendered)
-            else:
-                sql = self.dialect.upsert_rendered(write.table, write.columns, write.key, rendered)
-            cur.execute("SAVEPOINT hw_batch")
-            try:
-                cur.execute(sql, params)
-            except Exception as exc:
-                if self.dialect.retryable(exc) is not False:
-                    raise
-                cur.execute("ROLLBACK TO SAVEPOINT hw_batch")
-                raise self._locate(cur, write, rows, exc, batch_id, shard) from exc
-        return count
-
-    def _statement(self, write: _Write, n: int) -> str:
-        if write.delete:
-            return self.dialect.delete_sql(write.table, write.columns, n)
-        return self.dialect.upsert_sql(write.table, write.columns, write.key, n)
-
-    def _locate(
-        self,
-        cur: Any,
-        write: _Write,
-        rows: range,
-        exc: BaseException,
-        batch_id: int,
-        shard: int,
-    ) -> SinkError:
-        """The error of the first row of a failed batch that fails on its own."""
-        one = self._statement(write, 1)
-        culprit, cause = write.effects[rows[0]], exc
-        for i in rows:
-            cur.execute("SAVEPOINT hw_row")
-            try:
-                cur.execute(one, write.row(i))
-            except Exception as row_exc:
-                if self.dialect.retryable(row_exc) is not False:
-                    raise
-                culprit, cause = write.effects[i], row_exc
-                break
-            finally:
-                cur.execute("ROLLBACK TO SAVEPOINT hw_row")
-        return SinkError(
-            _describe(cause),
-            table=write.name,
-            key=culprit.key,
-            statement=one,
-            shard=shard,
-            batch_id=batch_id,
-            resume_sequence=min(write.effects[i].first_sequence for i in rows),
-        )
 
     def _create_tables(self, tables: dict[tuple[str, str], Position], connection: Any) -> None:
         """``CREATE ... IF NOT EXISTS`` each ``(database, table)`` as defined at its
@@ -775,7 +458,7 @@ class SqlSink:
                         if self.dialect.retryable(exc) is not False:
                             raise
                         raise SinkError(
-                            f"DDL failed: {_describe(exc)}",
+                            f"DDL failed: {describe(exc)}",
                             table=change.table_name or change.database,
                             statement=change.sql,
                             batch_id=batch_id,
@@ -808,55 +491,6 @@ class SqlSink:
         write_sql_batch(self, df, batch_id)
 
 
-class _Pool:
-    """Idle connections of this process, per target and session settings.
-
-    Connecting costs a TCP and often a TLS handshake (PyMySQL tries TLS by default and
-    builds a new SSL context each time): hundreds of milliseconds that every batch of every
-    shard used to pay. A connection goes back only after a successful commit (so it holds
-    no transaction) and never after DDL; when one fails with a retryable error, the idle
-    ones of its target are closed too (a restarted target leaves them all stale) and the
-    retry connects anew.
-    """
-
-    def __init__(self, size: int = 8) -> None:
-        self.size = size
-        self.idle: dict[tuple[Any, ...], list[Any]] = {}
-        self.lock = threading.Lock()
-
-    def take(self, key: tuple[Any, ...]) -> Any:
-        with self.lock:
-            conns = self.idle.get(key)
-            return conns.pop() if conns else None
-
-    def clear(self, key: tuple[Any, ...]) -> None:
-        with self.lock:
-            conns = self.idle.pop(key, [])
-        for conn in conns:
-            _close(conn)
-
-    def close_all(self) -> None:
-        """Close every idle connection (at interpreter exit: drivers warn about, and
-        servers log, connections that are only dropped)."""
-        with self.lock:
-            idle, self.idle = self.idle, {}
-        for conns in idle.values():
-            for conn in conns:
-                _close(conn)
-
-    def give(self, key: tuple[Any, ...], conn: Any) -> None:
-        with self.lock:
-            conns = self.idle.setdefault(key, [])
-            if len(conns) < self.size:
-                conns.append(conn)
-                return
-        _close(conn)
-
-
-_POOL = _Pool()
-atexit.register(_POOL.close_all)
-
-
 def _merge(a: ApplyResult, b: ApplyResult) -> ApplyResult:
     return ApplyResult(
         a.shard,
@@ -867,44 +501,3 @@ def _merge(a: ApplyResult, b: ApplyResult) -> ApplyResult:
         {**a.checkpoints, **b.checkpoints},
         max(a.attempts, b.attempts),
     )
-
-
-def _conversion_error(
-    effects: list[NetEffect], shape_of: Callable[[NetEffect], _Shape], batch_id: int, shard: int
-) -> SinkError:
-    """The error of the first effect with a value its converter refuses (a whole column
-    failed to convert: find the row, value by value)."""
-    for effect in effects:
-        shape = shape_of(effect)
-        source = effect.key if shape.delete else effect.image or {}
-        for name, convert in zip(shape.columns, shape.convert, strict=True):
-            try:
-                convert([source[name]])
-            except (ValueError, TypeError) as exc:
-                return SinkError(
-                    f"cannot convert a value: {exc}",
-                    table=effect.table_name,
-                    key=effect.key,
-                    shard=shard,
-                    batch_id=batch_id,
-                    resume_sequence=effect.first_sequence,
-                )
-    raise AssertionError("a column failed to convert, but none of its values does")
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()
-
-
-def _rollback(conn: Any) -> None:
-    try:
-        conn.rollback()
-    except Exception:  # a lost connection cannot roll back; the server already did
-        log.debug("rollback failed", exc_info=True)
-
-
-def _close(conn: Any) -> None:
-    try:
-        conn.close()
-    except Exception:
-        log.debug("close failed", exc_info=True)

@@ -67,9 +67,9 @@ from typing import Any
 from headwater.errors import SinkError
 from headwater.schema.model import BINARY_TYPES, CHARACTER_TYPES, Column, TableDef
 from headwater.sinks.base import map_database
+from headwater.sinks.dialect import SqlSinkConfig
 from headwater.sinks.mysql.client import ZERO_DATE_MODES, MysqlDialect, configure_session
 from headwater.sinks.mysql.factory import MysqlSink
-from headwater.sinks.sql import SqlSinkConfig
 
 __all__ = ["BulkTarget", "bulk_target", "line_sql", "load_sql"]
 

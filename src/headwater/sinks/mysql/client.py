@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from headwater.schema.model import TableDef
 from headwater.sinks.base import Change, ConnectionOptions, SinkCapabilities, map_database
-from headwater.sinks.sql import SqlDialect, SqlSinkConfig
+from headwater.sinks.dialect import SqlDialect, SqlSinkConfig
 
 __all__ = ["RETRYABLE_CODES", "ZERO_DATE_MODES", "MysqlDialect", "configure_session"]
 

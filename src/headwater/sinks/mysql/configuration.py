@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from headwater.sinks.base import DdlMode
-from headwater.sinks.sql import SqlSinkConfig
+from headwater.sinks.dialect import SqlSinkConfig
 
 __all__ = ["MysqlSinkConfig"]
 

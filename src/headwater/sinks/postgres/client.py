@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 from headwater.schema.model import BINARY_TYPES, Column, TableDef, parse_column_type
 from headwater.sinks.base import ConnectionOptions, SinkCapabilities
-from headwater.sinks.sql import SqlDialect, SqlSinkConfig
+from headwater.sinks.dialect import SqlDialect, SqlSinkConfig
 
 __all__ = ["RETRYABLE_SQLSTATES", "PostgresDialect", "pg_type"]
 
