@@ -95,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
     from headwater.snapshot.run import plan_snapshot, run_snapshot, stored_position, stream_config
     from headwater.snapshot.spark import SnapshotOptions
     from headwater.spark.pipeline_config import load_pipeline_config
-    from headwater.spark.runner import PipelineRunner
+    from headwater.spark.runner import PIPELINE_SPARK_CONF, PipelineRunner
     from headwater.spark.session import build_session
 
     logging.basicConfig(
@@ -130,7 +130,11 @@ def _run(args: argparse.Namespace) -> int:
     options = SnapshotOptions(args.chunk_rows, args.wave_chunks, args.timeout, tuple(keys))
     task_dir = dict(config.source.options).get("path", "")
     master = args.master or config.master
-    spark = build_session(master, f"headwater-snapshot-{config.name}", conf=dict(config.spark_conf))
+    spark = build_session(
+        master,
+        f"headwater-snapshot-{config.name}",
+        conf={**PIPELINE_SPARK_CONF, **dict(config.spark_conf)},
+    )
     spark.sparkContext.setLogLevel("ERROR")
     run_config = config
     if plan_snapshot(args.mode, checkpoint=config.checkpoint, task_dir=task_dir):

@@ -143,7 +143,7 @@ class _Demo:
         from headwater.sinks import ConnectionOptions
         from headwater.snapshot import run_snapshot, stream_config
         from headwater.spark.pipeline_config import load_pipeline_config
-        from headwater.spark.runner import PipelineRunner
+        from headwater.spark.runner import PIPELINE_SPARK_CONF, PipelineRunner
         from headwater.spark.session import build_session
 
         changelog = self.dir / "out" / "changelog"
@@ -160,7 +160,7 @@ class _Demo:
         )
         config = load_pipeline_config(pipeline_yaml)
         self.log("starting Spark (local[2])")
-        spark = build_session(config.master, "headwater-demo")
+        spark = build_session(config.master, "headwater-demo", conf=PIPELINE_SPARK_CONF)
         spark.sparkContext.setLogLevel("ERROR")
         workload = Workload(self.source, self.o.seconds, rate=self.o.rate)
         try:

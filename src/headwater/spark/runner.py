@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = [
+    "PIPELINE_SPARK_CONF",
     "SINK_FACTORIES",
     "PipelineError",
     "PipelineRunner",
