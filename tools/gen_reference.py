@@ -291,10 +291,11 @@ PIPELINE: tuple[Section, ...] = (
                 "mapping",
                 "{}",
                 "Other source options as strings: `token`, `ddl`, `source`, `endingPosition`, "
-                "`maxBytesPerTrigger`.",
+                "`maxBytesPerTrigger`, `minBytesPerPartition` (bytes a slice holds at least, "
+                "1 MiB by default).",
             ),
         ),
-        hidden=frozenset({"token", "ddl", "source", "ending", "max_bytes"}),
+        hidden=frozenset({"token", "ddl", "source", "ending", "max_bytes", "min_partition_bytes"}),
     ),
     Section(
         "sinks[] type: mysql",

@@ -234,7 +234,11 @@ def write_config(
     extra_transforms: str = "",
     name: str = "e2e",
     ddl: str = "apply",
+    sliced: bool = True,
 ) -> Path:
+    """The pipeline file. ``sliced``: every micro-batch is cut into slices (the SQL sinks'
+    shuffle path); else the source's default, where a small micro-batch is one slice and
+    the SQL sinks apply it without a shuffle."""
     sinks = ""
     if target is not None:
         sinks += (
@@ -250,7 +254,8 @@ def write_config(
     path.write_text(
         f"name: {name}\n"
         f"source:\n  path: {task_dir}\n"
-        f"checkpoint: {path.parent / ('ck_' + name)}\n"
+        + ("  options: {minBytesPerPartition: '0'}\n" if sliced else "")
+        + f"checkpoint: {path.parent / ('ck_' + name)}\n"
         "progress: 1\n"
         "transforms:\n"
         f"  - rename_database: {{{src_db}: {dst_db}}}\n"

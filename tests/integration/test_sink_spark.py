@@ -79,8 +79,14 @@ def target(mariadb_target: MariadbSandbox, request: pytest.FixtureRequest) -> It
     mariadb_target.execute(*drop)
 
 
+#: Input partitions of the batches: several (routed to shards through a shuffle), or one
+#: (not shuffled: its task applies the shards one after another).
+PATHS = pytest.mark.parametrize("partitions", [4, 1], ids=["shuffled", "one-partition"])
+
+
+@PATHS
 def test_write_batch_applies_shards_in_parallel_exactly_once(
-    spark: Any, mariadb_target: MariadbSandbox, target: str
+    spark: Any, mariadb_target: MariadbSandbox, target: str, partitions: int
 ) -> None:
     defs = (items_table("src"), items_table("src", "more"))
     sink = MysqlSink(
@@ -97,10 +103,11 @@ def test_write_batch_applies_shards_in_parallel_exactly_once(
     )
     rows, live = random_history(40, 600, seed=5)
     first, second = rows[:300], rows[300:]
-    sink.write_batch(frame(spark, first), 0)
-    sink.write_batch(frame(spark, second), 1)
-    sink.write_batch(frame(spark, second), 1)  # replay of the same batch
-    sink.write_batch(frame(spark, first), 0)  # and of an older one
+    other = 1 if partitions > 1 else 4  # replays take the other path
+    sink.write_batch(frame(spark, first, partitions), 0)
+    sink.write_batch(frame(spark, second, partitions), 1)
+    sink.write_batch(frame(spark, second, other), 1)  # replay of the same batch
+    sink.write_batch(frame(spark, first, other), 0)  # and of an older one
     for table in ("items", "more"):
         got = mariadb_target.query(f"SELECT * FROM `{target}`.`{table}` ORDER BY id")
         want = sorted((r for (t, _), r in live.items() if t == table), key=lambda r: r["id"])
@@ -114,8 +121,9 @@ def test_write_batch_applies_shards_in_parallel_exactly_once(
     assert [tuple(c) for c in ckpt] == [(0, 1, 2), (1, 1, 2), (2, 1, 2)]
 
 
+@PATHS
 def test_write_batch_applies_ddl_between_the_data_around_it(
-    spark: Any, mariadb_target: MariadbSandbox, target: str
+    spark: Any, mariadb_target: MariadbSandbox, target: str, partitions: int
 ) -> None:
     from tests.integration.sink_support import VersionedSchema
 
@@ -139,7 +147,7 @@ def test_write_batch_applies_ddl_between_the_data_around_it(
         row("update", 60 + i, "src", "items", {"id": i, **base}, {"id": i, **base, "extra": i})
         for i in range(1, 5)
     ]
-    sink.write_batch(frame(spark, rows, 3), 0)
+    sink.write_batch(frame(spark, rows, partitions), 0)
     got = mariadb_target.query(f"SELECT id, extra FROM `{target}`.items ORDER BY id")
     assert [tuple(g) for g in got] == [(i, i if i < 5 else None) for i in range(1, 9)]
 

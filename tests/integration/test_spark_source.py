@@ -51,7 +51,7 @@ def read_path(hw: Any, captured: Captured, **options: str) -> Any:
 
 
 def test_batch_read_of_a_task_directory_equals_decode_record(hw: Any, captured: Captured) -> None:
-    df = read_path(hw, captured, partitions="3")
+    df = read_path(hw, captured, partitions="3", minBytesPerPartition="0")
     expected = captured.expected()
     assert len(expected) > 800
     assert df.rdd.getNumPartitions() == 3
@@ -62,7 +62,11 @@ def test_batch_read_of_a_task_directory_equals_decode_record(hw: Any, captured: 
 def test_a_slice_boundary_falls_between_chunks_of_the_large_transaction(
     captured: Captured,
 ) -> None:
-    reader = HeadwaterReader(parse_options({"path": str(captured.task_dir), "partitions": "4"}))
+    reader = HeadwaterReader(
+        parse_options(
+            {"path": str(captured.task_dir), "partitions": "4", "minBytesPerPartition": "0"}
+        )
+    )
     slices = reader.partitions()
     assert len(slices) == 4
     chunked = {r.seq for r in captured.records if not r.first_chunk}
@@ -79,6 +83,7 @@ def test_batch_read_over_http_equals_decode_record(
         .option("server", served)
         .option("task", TASK)
         .option("partitions", "2")
+        .option("minBytesPerPartition", "0")
         .load()
     )
     assert df.rdd.getNumPartitions() == 2

@@ -76,6 +76,7 @@ def test_max_rows_per_trigger_bounds_every_batch_and_restart_continues_exactly(
             .option("path", str(tmp_path / TASK))
             .option("maxRowsPerTrigger", "150")
             .option("partitions", "2")
+            .option("minBytesPerPartition", "0")
             .load()
         )
         first = run_available_now(stream, tmp_path / "checkpoint")

@@ -146,7 +146,8 @@ def plan_slices(
     sizes: Sequence[tuple[int, int]],
     count: int,
 ) -> list[LogSlice]:
-    """Cut ``[start, end)`` into at most ``count`` slices of about equal payload bytes.
+    """Cut ``[start, end)`` into at most ``count`` slices of about equal payload bytes,
+    each of at least ``options.min_partition_bytes`` (one slice when the range holds less).
 
     ``sizes`` are the wanted records of the range (:class:`Scan`); cuts fall at record
     starts strictly inside the range. No wanted record: no slice (nothing to read).
@@ -154,6 +155,8 @@ def plan_slices(
     if start.key() >= end.key() or not sizes:
         return []
     total = sum(size for _seq, size in sizes)
+    if options.min_partition_bytes:
+        count = max(1, min(count, total // options.min_partition_bytes))
     cuts: list[tuple[int, int]] = []
     acc = 0
     for seq, size in sizes:

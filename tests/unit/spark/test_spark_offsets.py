@@ -9,6 +9,7 @@ import pytest
 from headwater.errors import ConfigError
 from headwater.position import MariadbGtidPos, MysqlGtidSet, Position
 from headwater.spark.offsets import (
+    DEFAULT_MIN_PARTITION_BYTES,
     DEFAULT_PARTITIONS,
     LogOffset,
     TableMatcher,
@@ -60,6 +61,8 @@ def test_server_needs_a_task_and_a_url() -> None:
         ({**PATH, "maxRowsPerTrigger": "0"}, "maxRowsPerTrigger"),
         ({**PATH, "maxBytesPerTrigger": "lots"}, "maxBytesPerTrigger"),
         ({**PATH, "partitions": "-1"}, "partitions"),
+        ({**PATH, "minBytesPerPartition": "-1"}, "minBytesPerPartition"),
+        ({**PATH, "minBytesPerPartition": "1M"}, "minBytesPerPartition"),
         ({**PATH, "tables": "orders"}, "tables"),
         ({**PATH, "tables": "a.b.c"}, "tables"),
         ({**PATH, "tables": " , "}, "tables"),
@@ -142,7 +145,7 @@ def test_table_matcher() -> None:
 
 
 def test_slices_are_contiguous_cover_the_range_and_balance_bytes() -> None:
-    opts = parse_options(PATH)
+    opts = parse_options({**PATH, "minBytesPerPartition": "0"})
     # 20 records of 100 bytes, then one of 1000: three slices of 1000 bytes each
     sizes = [(seq, 100) for seq in range(10, 30)] + [(30, 1000)]
     slices = plan_slices(opts, LogOffset(10, 3), LogOffset(31, 2), sizes, 3)
@@ -157,11 +160,24 @@ def test_slices_are_contiguous_cover_the_range_and_balance_bytes() -> None:
 
 
 def test_no_slices_for_an_empty_range_and_at_most_one_per_record() -> None:
-    opts = parse_options(PATH)
+    opts = parse_options({**PATH, "minBytesPerPartition": "0"})
     assert plan_slices(opts, LogOffset(5), LogOffset(5), [(5, 10)], 4) == []
     assert plan_slices(opts, LogOffset(5), LogOffset(9), [], 4) == []
     slices = plan_slices(opts, LogOffset(5), LogOffset(7), [(5, 10), (6, 10)], 8)
     assert [(s.lo, s.hi) for s in slices] == [((5, 0), (6, 0)), ((6, 0), (7, 0))]
+
+
+def test_slices_hold_at_least_the_minimum_bytes() -> None:
+    sizes = [(seq, 100_000) for seq in range(1, 41)]  # 4,000,000 bytes
+    at = {**PATH, "partitions": "8"}
+    default = plan_slices(parse_options(at), LogOffset(1), LogOffset(41), sizes, 8)
+    assert len(default) == 3  # 1 MiB each at least: 4,000,000 // 1,048,576
+    small = plan_slices(parse_options(at), LogOffset(1), LogOffset(4), sizes[:3], 8)
+    assert [(s.lo, s.hi) for s in small] == [((1, 0), (4, 0))]
+    opts = parse_options({**at, "minBytesPerPartition": "500000"})
+    assert len(plan_slices(opts, LogOffset(1), LogOffset(41), sizes, 8)) == 8
+    assert opts.min_partition_bytes == 500_000
+    assert parse_options(PATH).min_partition_bytes == DEFAULT_MIN_PARTITION_BYTES
 
 
 def test_the_spark_package_exports_what_its_all_lists() -> None:
