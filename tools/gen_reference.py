@@ -292,10 +292,21 @@ PIPELINE: tuple[Section, ...] = (
                 "{}",
                 "Other source options as strings: `token`, `ddl`, `source`, `endingPosition`, "
                 "`maxBytesPerTrigger`, `minBytesPerPartition` (bytes a slice holds at least, "
-                "1 MiB by default).",
+                "1 MiB by default), `burstWaitMs` (after an idle stream, how long a burst may "
+                "take to land before its micro-batch is cut; 200 by default).",
             ),
         ),
-        hidden=frozenset({"token", "ddl", "source", "ending", "max_bytes", "min_partition_bytes"}),
+        hidden=frozenset(
+            {
+                "token",
+                "ddl",
+                "source",
+                "ending",
+                "max_bytes",
+                "min_partition_bytes",
+                "burst_wait_ms",
+            }
+        ),
     ),
     Section(
         "sinks[] type: mysql",

@@ -33,6 +33,7 @@ from headwater.position import BinlogCoordinate, Position, binlog_file_number, p
 from headwater.store import EARLIEST, LATEST, AtSeq, AtTime, Start
 
 __all__ = [
+    "DEFAULT_BURST_WAIT_MS",
     "DEFAULT_MIN_PARTITION_BYTES",
     "DEFAULT_PARTITIONS",
     "LogOffset",
@@ -49,6 +50,9 @@ DEFAULT_PARTITIONS = 4
 #: about 10,000 change rows, ~30 ms of decoding, less than the ~100 ms that a second input
 #: partition costs a micro-batch (it makes the SQL sinks shuffle, a second Spark stage).
 DEFAULT_MIN_PARTITION_BYTES = 1 << 20
+#: ``burstWaitMs``: how long a micro-batch after an idle stream may wait for a burst of
+#: new records to finish landing (see :class:`headwater.spark.source.BurstGate`).
+DEFAULT_BURST_WAIT_MS = 200
 
 _KNOWN = {
     "server",
@@ -64,6 +68,7 @@ _KNOWN = {
     "maxbytespertrigger",
     "partitions",
     "minbytesperpartition",
+    "burstwaitms",
 }
 
 
@@ -116,6 +121,7 @@ class SourceOptions:
     max_bytes: int | None = None
     partitions: int = DEFAULT_PARTITIONS
     min_partition_bytes: int = DEFAULT_MIN_PARTITION_BYTES
+    burst_wait_ms: int = DEFAULT_BURST_WAIT_MS
 
     @property
     def source_name(self) -> str:
@@ -313,6 +319,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         min_partition_bytes=_not_negative(
             opts, "minBytesPerPartition", DEFAULT_MIN_PARTITION_BYTES
         ),
+        burst_wait_ms=_not_negative(opts, "burstWaitMs", DEFAULT_BURST_WAIT_MS),
     )
 
 

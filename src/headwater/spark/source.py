@@ -21,12 +21,21 @@ from ``maxBytesPerTrigger``; whenever Spark passes a limit other than
 ``prepareForTriggerAvailableNow`` fixes the log's end at that moment as the target, and
 later batches never pass it. ``commit`` does nothing: Spark's checkpoint location owns
 the consumer's progress (DESIGN.md decision 7) and the log's retention is the reader's.
+
+Bursts. When new records appear after the stream was idle, ``latestOffset`` waits (up to
+``burstWaitMs``, :class:`BurstGate`) for the log to stop growing for 10 ms before it cuts
+the micro-batch: a reader catching up lands thousands of transactions within a few tens of
+milliseconds, and cutting at the first one made a micro-batch of one transaction and a
+second of the rest, each paying the fixed cost of a batch (~0.3 s on two cores). A stream
+that is not idle is never held back: the records that arrive while a batch runs form the
+next one at once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -52,7 +61,7 @@ if TYPE_CHECKING:
     import pyarrow
     from pyspark.sql.types import StructType
 
-__all__ = ["HeadwaterDataSource", "HeadwaterReader", "HeadwaterStreamReader"]
+__all__ = ["BurstGate", "HeadwaterDataSource", "HeadwaterReader", "HeadwaterStreamReader"]
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +137,48 @@ class HeadwaterReader(_Driver, DataSourceReader):
         return read_slice(partition)
 
 
+class BurstGate:
+    """Where to cut a micro-batch that follows an idle stream (module docstring, "Bursts").
+
+    :meth:`settle` is called by ``latestOffset`` when there is new data, with the log's
+    end. After an idle stream (:meth:`nothing_new` was the last call) it polls the end
+    every ``settle_s`` until it stays where it is for one poll, or ``wait_s`` have passed,
+    and returns the end it saw last; otherwise it returns ``end`` at once. It waits inside
+    the call rather than answering "no new data": under a processing-time trigger that
+    answer would postpone the batch by a whole trigger interval. ``wait_s == 0`` turns
+    the gate off.
+    """
+
+    def __init__(
+        self,
+        wait_s: float,
+        settle_s: float = 0.01,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.wait_s = wait_s
+        self.settle_s = settle_s
+        self.clock = clock
+        self.sleep = sleep
+        self.idle = True
+
+    def nothing_new(self) -> None:
+        """The stream has no new data: the next data after this starts a burst."""
+        self.idle = True
+
+    def settle(self, end: int, current_end: Callable[[], int]) -> int:
+        if self.idle and self.wait_s > 0:
+            deadline = self.clock() + self.wait_s
+            while self.clock() < deadline:
+                self.sleep(self.settle_s)
+                now_end = current_end()
+                if now_end == end:
+                    break
+                end = now_end
+        self.idle = False
+        return end
+
+
 class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of the change log; offsets are :class:`LogOffset` dicts."""
 
@@ -135,6 +186,7 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
         super().__init__(options)
         self._target: int | None = None  # Trigger.AvailableNow: the end fixed at its start
         self._scans: dict[tuple[tuple[int, int], tuple[int, int]], list[tuple[int, int]]] = {}
+        self._gate = BurstGate(options.burst_wait_ms / 1000)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_log": None}
@@ -143,6 +195,7 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
         super().__setstate__(state)
         self._target = None
         self._scans = {}
+        self._gate = BurstGate(self.options.burst_wait_ms / 1000)
 
     def initialOffset(self) -> dict[str, Any]:
         return LogOffset(self.log().resolve(self.options.starting)).to_dict()
@@ -164,7 +217,14 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
         log_end, last = changelog.end()
         target = log_end if self._target is None else min(log_end, self._target)
         if begin.seq >= target:
+            self._gate.nothing_new()
             return start
+        if self._target is None:  # (availableNow's end is fixed already)
+            # Let a burst land before cutting the batch (module docstring).
+            landed = self._gate.settle(log_end, lambda: changelog.end()[0])
+            if landed != log_end:
+                log_end, last = changelog.end()
+                target = log_end
         if isinstance(limit, ReadAllAvailable):
             if target == log_end:
                 return LogOffset(target, 0, last).to_dict()

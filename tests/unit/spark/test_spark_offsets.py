@@ -9,6 +9,7 @@ import pytest
 from headwater.errors import ConfigError
 from headwater.position import MariadbGtidPos, MysqlGtidSet, Position
 from headwater.spark.offsets import (
+    DEFAULT_BURST_WAIT_MS,
     DEFAULT_MIN_PARTITION_BYTES,
     DEFAULT_PARTITIONS,
     LogOffset,
@@ -18,6 +19,7 @@ from headwater.spark.offsets import (
     start_request,
 )
 from headwater.spark.partitions import plan_slices
+from headwater.spark.source import BurstGate
 from headwater.store import EARLIEST, LATEST, AtSeq, AtTime
 
 PATH = {"path": "/data/orders"}
@@ -188,3 +190,50 @@ def test_the_spark_package_exports_what_its_all_lists() -> None:
     for name in pkg.__all__:
         assert getattr(pkg, name) is not None
     assert pkg.HeadwaterDataSource.name() == "headwater"
+
+
+class _Clock:
+    """A scripted clock for BurstGate: sleeping advances it; the log's end grows by the
+    given steps, one per poll."""
+
+    def __init__(self, ends: list[int]) -> None:
+        self.now = 100.0
+        self.ends = ends
+        self.polls = 0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def end(self) -> int:
+        self.polls += 1
+        return self.ends[min(self.polls, len(self.ends)) - 1]
+
+
+def test_after_an_idle_stream_the_gate_waits_for_the_burst_to_land() -> None:
+    clock = _Clock([12, 40, 75, 75, 90])
+    gate = BurstGate(0.2, clock=lambda: clock.now, sleep=clock.sleep)
+    # The log grows while polled: the cut is where it stopped for one poll.
+    assert gate.settle(5, clock.end) == 75
+    assert clock.polls == 4 and round(clock.now - 100.0, 3) == 0.04
+    # The stream is busy now: the next batch is cut at once, without polling.
+    assert gate.settle(90, clock.end) == 90 and clock.polls == 4
+
+
+def test_the_gate_waits_at_most_its_wait_and_not_at_all_when_off() -> None:
+    clock = _Clock(list(range(10, 1000, 10)))  # a log that never stops growing
+    gate = BurstGate(0.05, clock=lambda: clock.now, sleep=clock.sleep)
+    end = gate.settle(1, clock.end)
+    assert round(clock.now - 100.0, 3) == 0.05 and end == clock.ends[clock.polls - 1]
+    gate.nothing_new()  # idle again: the next burst is waited for again
+    assert gate.settle(end, clock.end) > end
+    off = BurstGate(0, clock=lambda: clock.now, sleep=clock.sleep)
+    polls = clock.polls
+    assert off.settle(7, clock.end) == 7 and clock.polls == polls
+
+
+def test_burst_wait_option() -> None:
+    assert parse_options(PATH).burst_wait_ms == DEFAULT_BURST_WAIT_MS == 200
+    assert parse_options({**PATH, "burstWaitMs": "0"}).burst_wait_ms == 0
+    with pytest.raises(ConfigError) as info:
+        parse_options({**PATH, "burstWaitMs": "soon"})
+    assert info.value.field == "burstWaitMs"
