@@ -293,7 +293,7 @@ PIPELINE: tuple[Section, ...] = (
                 "Other source options as strings: `token`, `ddl`, `source`, `endingPosition`, "
                 "`maxBytesPerTrigger`, `minBytesPerPartition` (bytes a slice holds at least, "
                 "1 MiB by default), `burstWaitMs` (after an idle stream, how long a burst may "
-                "take to land before its micro-batch is cut; 200 by default).",
+                "take to land before its micro-batch is cut; 200 by default), `burstQuietMs` (50).",
             ),
         ),
         hidden=frozenset(
@@ -305,6 +305,7 @@ PIPELINE: tuple[Section, ...] = (
                 "max_bytes",
                 "min_partition_bytes",
                 "burst_wait_ms",
+                "burst_quiet_ms",
             }
         ),
     ),

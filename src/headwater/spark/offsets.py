@@ -33,6 +33,7 @@ from headwater.position import BinlogCoordinate, Position, binlog_file_number, p
 from headwater.store import EARLIEST, LATEST, AtSeq, AtTime, Start
 
 __all__ = [
+    "DEFAULT_BURST_QUIET_MS",
     "DEFAULT_BURST_WAIT_MS",
     "DEFAULT_MIN_PARTITION_BYTES",
     "DEFAULT_PARTITIONS",
@@ -53,6 +54,10 @@ DEFAULT_MIN_PARTITION_BYTES = 1 << 20
 #: ``burstWaitMs``: how long a micro-batch after an idle stream may wait for a burst of
 #: new records to finish landing (see :class:`headwater.spark.source.BurstGate`).
 DEFAULT_BURST_WAIT_MS = 200
+#: ``burstQuietMs``: the burst has landed when the log has not grown for this long. The
+#: reader's group commits pause its appends for a disk sync (10-30 ms measured here): with
+#: 10 ms, four of seven catch-ups were still cut in two; with 50 ms, none of four.
+DEFAULT_BURST_QUIET_MS = 50
 
 _KNOWN = {
     "server",
@@ -69,6 +74,7 @@ _KNOWN = {
     "partitions",
     "minbytesperpartition",
     "burstwaitms",
+    "burstquietms",
 }
 
 
@@ -122,6 +128,7 @@ class SourceOptions:
     partitions: int = DEFAULT_PARTITIONS
     min_partition_bytes: int = DEFAULT_MIN_PARTITION_BYTES
     burst_wait_ms: int = DEFAULT_BURST_WAIT_MS
+    burst_quiet_ms: int = DEFAULT_BURST_QUIET_MS
 
     @property
     def source_name(self) -> str:
@@ -320,6 +327,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             opts, "minBytesPerPartition", DEFAULT_MIN_PARTITION_BYTES
         ),
         burst_wait_ms=_not_negative(opts, "burstWaitMs", DEFAULT_BURST_WAIT_MS),
+        burst_quiet_ms=_positive(opts, "burstQuietMs") or DEFAULT_BURST_QUIET_MS,
     )
 
 

@@ -23,12 +23,12 @@ later batches never pass it. ``commit`` does nothing: Spark's checkpoint locatio
 the consumer's progress (DESIGN.md decision 7) and the log's retention is the reader's.
 
 Bursts. When new records appear after the stream was idle, ``latestOffset`` waits (up to
-``burstWaitMs``, :class:`BurstGate`) for the log to stop growing for 10 ms before it cuts
-the micro-batch: a reader catching up lands thousands of transactions within a few tens of
-milliseconds, and cutting at the first one made a micro-batch of one transaction and a
-second of the rest, each paying the fixed cost of a batch (~0.3 s on two cores). A stream
-that is not idle is never held back: the records that arrive while a batch runs form the
-next one at once.
+``burstWaitMs``, :class:`BurstGate`) for the log to stop growing for ``burstQuietMs`` (50)
+before it cuts the micro-batch: a reader catching up lands thousands of transactions
+within a few tens of milliseconds, and cutting at the first one made a micro-batch of one
+transaction and a second of the rest, each paying the fixed cost of a batch (~0.3 s on two
+cores). A stream that is not idle is never held back: the records that arrive while a
+batch runs form the next one at once.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class BurstGate:
 
     :meth:`settle` is called by ``latestOffset`` when there is new data, with the log's
     end. After an idle stream (:meth:`nothing_new` was the last call) it polls the end
-    every ``settle_s`` until it stays where it is for one poll, or ``wait_s`` have passed,
+    every ``quiet_s`` until it stays where it is for one poll, or ``wait_s`` have passed,
     and returns the end it saw last; otherwise it returns ``end`` at once. It waits inside
     the call rather than answering "no new data": under a processing-time trigger that
     answer would postpone the batch by a whole trigger interval. ``wait_s == 0`` turns
@@ -152,12 +152,12 @@ class BurstGate:
     def __init__(
         self,
         wait_s: float,
-        settle_s: float = 0.01,
+        quiet_s: float,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.wait_s = wait_s
-        self.settle_s = settle_s
+        self.quiet_s = quiet_s
         self.clock = clock
         self.sleep = sleep
         self.idle = True
@@ -170,13 +170,17 @@ class BurstGate:
         if self.idle and self.wait_s > 0:
             deadline = self.clock() + self.wait_s
             while self.clock() < deadline:
-                self.sleep(self.settle_s)
+                self.sleep(min(self.quiet_s, deadline - self.clock()))
                 now_end = current_end()
                 if now_end == end:
                     break
                 end = now_end
         self.idle = False
         return end
+
+
+def _gate(options: SourceOptions) -> BurstGate:
+    return BurstGate(options.burst_wait_ms / 1000, options.burst_quiet_ms / 1000)
 
 
 class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -186,7 +190,7 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
         super().__init__(options)
         self._target: int | None = None  # Trigger.AvailableNow: the end fixed at its start
         self._scans: dict[tuple[tuple[int, int], tuple[int, int]], list[tuple[int, int]]] = {}
-        self._gate = BurstGate(options.burst_wait_ms / 1000)
+        self._gate = _gate(options)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_log": None}
@@ -195,7 +199,7 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
         super().__setstate__(state)
         self._target = None
         self._scans = {}
-        self._gate = BurstGate(self.options.burst_wait_ms / 1000)
+        self._gate = _gate(self.options)
 
     def initialOffset(self) -> dict[str, Any]:
         return LogOffset(self.log().resolve(self.options.starting)).to_dict()

@@ -9,6 +9,7 @@ import pytest
 from headwater.errors import ConfigError
 from headwater.position import MariadbGtidPos, MysqlGtidSet, Position
 from headwater.spark.offsets import (
+    DEFAULT_BURST_QUIET_MS,
     DEFAULT_BURST_WAIT_MS,
     DEFAULT_MIN_PARTITION_BYTES,
     DEFAULT_PARTITIONS,
@@ -211,7 +212,7 @@ class _Clock:
 
 def test_after_an_idle_stream_the_gate_waits_for_the_burst_to_land() -> None:
     clock = _Clock([12, 40, 75, 75, 90])
-    gate = BurstGate(0.2, clock=lambda: clock.now, sleep=clock.sleep)
+    gate = BurstGate(0.2, 0.01, clock=lambda: clock.now, sleep=clock.sleep)
     # The log grows while polled: the cut is where it stopped for one poll.
     assert gate.settle(5, clock.end) == 75
     assert clock.polls == 4 and round(clock.now - 100.0, 3) == 0.04
@@ -221,19 +222,23 @@ def test_after_an_idle_stream_the_gate_waits_for_the_burst_to_land() -> None:
 
 def test_the_gate_waits_at_most_its_wait_and_not_at_all_when_off() -> None:
     clock = _Clock(list(range(10, 1000, 10)))  # a log that never stops growing
-    gate = BurstGate(0.05, clock=lambda: clock.now, sleep=clock.sleep)
+    gate = BurstGate(0.05, 0.01, clock=lambda: clock.now, sleep=clock.sleep)
     end = gate.settle(1, clock.end)
     assert round(clock.now - 100.0, 3) == 0.05 and end == clock.ends[clock.polls - 1]
     gate.nothing_new()  # idle again: the next burst is waited for again
     assert gate.settle(end, clock.end) > end
-    off = BurstGate(0, clock=lambda: clock.now, sleep=clock.sleep)
+    off = BurstGate(0, 0.01, clock=lambda: clock.now, sleep=clock.sleep)
     polls = clock.polls
     assert off.settle(7, clock.end) == 7 and clock.polls == polls
 
 
-def test_burst_wait_option() -> None:
+def test_burst_options() -> None:
     assert parse_options(PATH).burst_wait_ms == DEFAULT_BURST_WAIT_MS == 200
+    assert parse_options(PATH).burst_quiet_ms == DEFAULT_BURST_QUIET_MS == 50
     assert parse_options({**PATH, "burstWaitMs": "0"}).burst_wait_ms == 0
+    assert parse_options({**PATH, "burstQuietMs": "20"}).burst_quiet_ms == 20
+    with pytest.raises(ConfigError):
+        parse_options({**PATH, "burstQuietMs": "0"})
     with pytest.raises(ConfigError) as info:
         parse_options({**PATH, "burstWaitMs": "soon"})
     assert info.value.field == "burstWaitMs"
