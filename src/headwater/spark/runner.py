@@ -322,14 +322,18 @@ RESNAPSHOT_BATCH_BASE = 200_000_000_000
 
 def _signal_batches(query: StreamingQuery, seen: int) -> tuple[list[tuple[int, int]], int]:
     """Sequence ranges ``[lo, hi)`` of finished batches after ``seen`` whose observed
-    signal count is positive, and the newest batch id looked at."""
+    signal count is positive, and the newest batch id looked at.
+
+    Only reports of batches that read rows count: a query waiting for data reports its
+    progress under the id of the batch it has yet to run, so taking that id as seen hid
+    the batch's own report when it came (a signal right after a restart was missed)."""
     from headwater.spark.offsets import LogOffset
 
     out: list[tuple[int, int]] = []
     newest = seen
     for p in query.recentProgress:
         batch = int(p.get("batchId", -1))
-        if batch <= seen:
+        if batch <= seen or not p.get("numInputRows"):
             continue
         newest = max(newest, batch)
         metrics = (p.get("observedMetrics") or {}).get(OBSERVED_SIGNALS)
