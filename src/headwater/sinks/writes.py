@@ -157,28 +157,30 @@ def _shape(
     columns = names if delete else tuple(c.name for c in tdef.columns if c.name in names)
     unknown = set(names) - known
     if unknown:
-        raise SinkError(
-            f"columns {sorted(unknown)} are not in the table definition",
-            table=effect.table_name,
-            key=effect.key,
-            shard=shard,
-            batch_id=batch_id,
-            resume_sequence=effect.first_sequence,
+        raise _effect_error(
+            f"columns {sorted(unknown)} are not in the table definition", effect, batch_id, shard
         )
     convert = [column_converter(tdef.column(c), rules) for c in columns]  # type: ignore[arg-type]
     return Shape(delete, columns, convert)
 
 
+def _effect_error(message: str, effect: NetEffect, batch_id: int, shard: int) -> SinkError:
+    """A SinkError naming the effect's table and key, resuming at its first change."""
+    return SinkError(
+        message,
+        table=effect.table_name,
+        key=effect.key,
+        shard=shard,
+        batch_id=batch_id,
+        resume_sequence=effect.first_sequence,
+    )
+
+
 def _table_def(schema: SchemaSource, effect: NetEffect, batch_id: int, shard: int) -> TableDef:
     tdef = schema.table_at(effect.database, effect.table, effect.position)
     if tdef is None:
-        raise SinkError(
-            f"no table definition at position {effect.position}",
-            table=effect.table_name,
-            key=effect.key,
-            shard=shard,
-            batch_id=batch_id,
-            resume_sequence=effect.first_sequence,
+        raise _effect_error(
+            f"no table definition at position {effect.position}", effect, batch_id, shard
         )
     return tdef
 
@@ -195,14 +197,7 @@ def _conversion_error(
             try:
                 convert([source[name]])
             except (ValueError, TypeError) as exc:
-                return SinkError(
-                    f"cannot convert a value: {exc}",
-                    table=effect.table_name,
-                    key=effect.key,
-                    shard=shard,
-                    batch_id=batch_id,
-                    resume_sequence=effect.first_sequence,
-                )
+                return _effect_error(f"cannot convert a value: {exc}", effect, batch_id, shard)
     raise AssertionError("a column failed to convert, but none of its values does")
 
 

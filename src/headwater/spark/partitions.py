@@ -214,7 +214,7 @@ class _Columns:
             sql.append(block.sql)
         else:
             sql += [None] * m
-            _images(block, lo, hi, key, before, after, old_key)
+            _images(block, lo, hi, (key, before, after, old_key))
         self.rows += m
 
     def batch(self, schema: pyarrow.Schema) -> pyarrow.RecordBatch:
@@ -238,17 +238,11 @@ def _key_of(picks: list[tuple[str, int]], values: Sequence[Any]) -> dict[str, An
 
 #: A JSON column's value: the text, or None.
 _Json = str | None
+#: The JSON columns of a batch being built: ``key``, ``before``, ``after``, ``before_key``.
+_JsonColumns = tuple[list[_Json], list[_Json], list[_Json], list[_Json]]
 
 
-def _images(
-    block: ChangeBlock,
-    lo: int,
-    hi: int,
-    key: list[_Json],
-    before: list[_Json],
-    after: list[_Json],
-    old_key: list[_Json],
-) -> None:
+def _images(block: ChangeBlock, lo: int, hi: int, columns: _JsonColumns) -> None:
     """The JSON columns of rows ``[lo, hi)`` of a rows block: the same text as
     :func:`~headwater.spark.schema.image_json` of :class:`ChangeRow` images, and
     ``before_key`` as :func:`~headwater.spark.schema.before_key`.
@@ -256,13 +250,13 @@ def _images(
     orjson refuses strings holding surrogate escapes (bytes invalid in the column's
     charset) with a TypeError; then the block is done again through ``image_json``,
     which renders them."""
-    marks = (len(key), len(before), len(after), len(old_key))
+    marks = [len(column) for column in columns]
     try:
-        _block_json(block, lo, hi, key, before, after, old_key, _fast_json)
+        _block_json(block, lo, hi, columns, _fast_json)
     except TypeError:
-        for column, mark in zip((key, before, after, old_key), marks, strict=True):
+        for column, mark in zip(columns, marks, strict=True):
             del column[mark:]
-        _block_json(block, lo, hi, key, before, after, old_key, image_json)
+        _block_json(block, lo, hi, columns, image_json)
 
 
 def _fast_json(image: dict[str, Any]) -> str:
@@ -273,12 +267,10 @@ def _block_json(
     block: ChangeBlock,
     lo: int,
     hi: int,
-    key: list[_Json],
-    before: list[_Json],
-    after: list[_Json],
-    old_key: list[_Json],
+    columns: _JsonColumns,
     dumps: Callable[[dict[str, Any]], _Json],
 ) -> None:
+    key, before, after, old_key = columns
     rows = block.rows[lo:hi]
     m = len(rows)
     kind = block.op
