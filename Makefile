@@ -20,6 +20,9 @@ system-packages:
 	command -v mariadb-binlog >/dev/null 2>&1 || missing="$$missing mariadb-client"; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	[ -f $(JDBC_JAR) ] || missing="$$missing libmariadb-java"; \
+	command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing="$$missing nats-server"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	[ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing="$$missing zookeeper"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \

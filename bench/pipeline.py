@@ -59,13 +59,13 @@ import orjson
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from headwater.config import FilterConfig, HostConfig, SourceConfig, StartConfig
+from headwater.pipeline.config import parse_pipeline_config
+from headwater.pipeline.runner import PipelineRunner
 from headwater.position import BinlogCoordinate
 from headwater.reader.task import ReaderTask
 from headwater.sandbox import MariadbSandbox, SandboxOptions
 from headwater.spark.logaccess import open_log
 from headwater.spark.offsets import parse_options
-from headwater.spark.pipeline_config import parse_pipeline_config
-from headwater.spark.runner import PipelineRunner
 
 TABLE = (
     "CREATE TABLE IF NOT EXISTS {db}.{table} (id INT PRIMARY KEY, a INT NOT NULL,"

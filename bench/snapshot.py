@@ -31,12 +31,13 @@ from pathlib import Path
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from headwater.config import FilterConfig, HostConfig, SourceConfig, StartConfig
+from headwater.connections import SourceConnection
+from headwater.pipeline.config import parse_pipeline_config
+from headwater.pipeline.snapshots import run_snapshot
 from headwater.position import BinlogCoordinate
 from headwater.reader.task import ReaderTask
 from headwater.sandbox import MariadbSandbox, SandboxOptions
-from headwater.sinks.base import ConnectionOptions
-from headwater.snapshot import SnapshotOptions, run_snapshot
-from headwater.spark.pipeline_config import parse_pipeline_config
+from headwater.snapshot import SnapshotOptions
 from headwater.spark.session import build_session
 
 TABLE = (
@@ -134,7 +135,7 @@ def main() -> None:
         result = run_snapshot(
             spark,
             pipeline,
-            connection=ConnectionOptions(source.host, source.port, "root"),
+            connection=SourceConnection(source.host, source.port, "root"),
             tables="bench.t",
             options=SnapshotOptions(chunk_rows=chunk_rows, wave_chunks=4, timeout_s=120),
         )

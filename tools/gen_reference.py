@@ -4,7 +4,7 @@
     .venv/bin/python tools/gen_reference.py --check    # exit 1 if it is out of date
 
 The models are the frozen dataclasses of :mod:`headwater.config` (reader file),
-:mod:`headwater.spark.pipeline_config` (pipeline file), the sinks' configuration classes
+:mod:`headwater.pipeline.config` (pipeline file), the sinks' configuration classes
 the pipeline runner builds from ``sinks[i]`` entries, and
 :class:`headwater.store.StoreOptions`. Types and defaults come from the dataclass fields;
 descriptions from ``#:`` comments on a field, else the sentences of the class docstring
@@ -67,7 +67,6 @@ def _import(dotted: str) -> type:
 
 # --- the sections --------------------------------------------------------------------------
 
-_SECRET = "Inline password; prefer `password_file` or `password_env` (give one of the three)."
 
 READER: tuple[Section, ...] = (
     Section(
@@ -97,8 +96,13 @@ READER: tuple[Section, ...] = (
                 doc="Servers tried in order (failover); instead of `host`/`port`.",
             ),
             Row("user", "user", doc="Replication user."),
-            Row("password", "password", "string", '""', _SECRET),
-            Row("password_file", None, "path", "—", "File whose first line is the password."),
+            Row(
+                "password_file",
+                "password",
+                "path",
+                "none (empty)",
+                "File whose first line is the password; an inline `password` is refused.",
+            ),
             Row("password_env", None, "string", "—", "Environment variable holding the password."),
             Row(
                 "server_id", "server_id", doc="Replica id to register with, 1..4294967295; unique."
@@ -124,6 +128,23 @@ READER: tuple[Section, ...] = (
                 "state_interval",
                 doc="Seconds between persisted resume points.",
             ),
+            Row("tls", "tls", "mapping", "mode preferred", "TLS to the source; see `tls`."),
+        ),
+    ),
+    Section(
+        "sources[].tls",
+        "headwater.config.TlsConfig",
+        (
+            Row(
+                "mode",
+                "mode",
+                doc="As MySQL's `--ssl-mode`: `disabled`, `preferred` (TLS when offered, "
+                "unverified), `required` (TLS or no connection), `verify_ca` (and the "
+                "certificate checked against `ca`), `verify_identity` (and its host name).",
+            ),
+            Row("ca", "ca", "path", "system CAs", "CA file (`verify_ca`, `verify_identity`)."),
+            Row("cert", "cert", "path", "none", "Client certificate (`required` and up)."),
+            Row("key", "key", "path", "none", "The client certificate's key."),
         ),
     ),
     Section(
@@ -197,6 +218,28 @@ READER: tuple[Section, ...] = (
             Row("max_rows", "max_rows", doc="The most rows a fetch may ask for."),
             Row("max_bytes", "max_bytes", size=True, doc="The most bytes a fetch may ask for."),
             Row("max_wait", "max_wait_s", doc="Longest long-poll, seconds."),
+            Row(
+                "max_connections",
+                "max_connections",
+                doc="Open connections at most; one more closes the longest-idle one, "
+                "or gets 503 when all are in requests.",
+            ),
+            Row(
+                "idle_timeout",
+                "idle_timeout_s",
+                doc="Seconds a connection may stay idle between requests.",
+            ),
+            Row(
+                "header_timeout",
+                "header_timeout_s",
+                doc="Seconds per read while a client sends a request.",
+            ),
+            Row("backlog", "backlog", doc="Listen queue length."),
+            Row(
+                "fetch_workers",
+                "fetch_workers",
+                doc="Processes that build fetch responses (0: the reader's own threads).",
+            ),
         ),
         hidden=frozenset({"port"}),
     ),
@@ -215,7 +258,12 @@ _CONNECTION = (
 
 _SQL_SINK = (
     Row("create_tables", "create_tables", doc="Create missing target tables from the schema."),
-    Row("ddl", "ddl", doc="What to do with source DDL: `apply` (MySQL only), `skip`, `fail`."),
+    Row(
+        "ddl",
+        "ddl",
+        doc="Schema changes of the source: `evolve`, `lenient`, `ignore`, `fail`"
+        " (older `apply` = evolve, `skip` = ignore); see configuration.md, Schema changes.",
+    ),
     Row("database_map", "database_map", "mapping", "{}"),
     Row("shards", "shards"),
     Row("batch_rows", "batch_rows"),
@@ -228,7 +276,7 @@ _SQL_SINK = (
 PIPELINE: tuple[Section, ...] = (
     Section(
         "(top level)",
-        "headwater.spark.pipeline_config.PipelineConfig",
+        "headwater.pipeline.config.PipelineConfig",
         (
             Row("name", "name", doc="Spark app and query name; key of the checkpoint table rows."),
             Row("source", "source", "mapping", doc="See `source`."),
@@ -247,7 +295,7 @@ PIPELINE: tuple[Section, ...] = (
     ),
     Section(
         "snapshot",
-        "headwater.spark.pipeline_config.SnapshotSettings",
+        "headwater.pipeline.config.SnapshotSettings",
         (
             Row("host", None, "string", doc="The source server snapshots read (required)."),
             Row("port", None, "integer", "3306", "Its port."),
@@ -286,11 +334,27 @@ PIPELINE: tuple[Section, ...] = (
             Row("max_rows_per_trigger", "max_rows", doc="Rows per micro-batch."),
             Row("partitions", "partitions", doc="Input partitions per micro-batch."),
             Row(
+                "token_file",
+                None,
+                "path",
+                "none",
+                "With `server`: file whose first line is the API token (read on the driver; "
+                "only the path is a Spark option).",
+            ),
+            Row(
+                "token_env",
+                None,
+                "string",
+                "none",
+                "With `server`: environment variable holding the API token (the driver's). "
+                "An inline `token` is refused.",
+            ),
+            Row(
                 "options",
                 None,
                 "mapping",
                 "{}",
-                "Other source options as strings: `token`, `ddl`, `source`, `endingPosition`, "
+                "Other source options as strings: `ddl`, `source`, `endingPosition`, "
                 "`maxBytesPerTrigger`, `minBytesPerPartition` (bytes a slice holds at least, "
                 "1 MiB by default), `burstWaitMs` (after an idle stream, how long a burst may "
                 "take to land before its micro-batch is cut; 200 by default), `burstQuietMs` (50).",
@@ -325,8 +389,10 @@ PIPELINE: tuple[Section, ...] = (
     ),
     Section(
         "sinks[] (mysql, postgres): connection",
-        "headwater.sinks.base.ConnectionOptions",
+        "headwater.connections.TargetConnection",
         _CONNECTION,
+        # the password read on the driver, carried to executors in the pickled task
+        hidden=frozenset({"_password"}),
     ),
     Section(
         "sinks[] (mysql, postgres): retry",
@@ -359,6 +425,76 @@ PIPELINE: tuple[Section, ...] = (
             ),
         ),
         hidden=frozenset({"schema"}),
+    ),
+    Section(
+        "sinks[] type: ums",
+        "headwater.sinks.ums.configuration.UmsConfig",
+        (
+            Row("path", "path", doc="Directory of the batches (relative to the file)."),
+            Row("max_rows", "max_rows", doc="Changes per UMS message."),
+        ),
+    ),
+    Section(
+        "sinks[] type: kafka",
+        "headwater.sinks.kafka.configuration.KafkaConfig",
+        (
+            Row("bootstrap_servers", "bootstrap_servers"),
+            Row("partitioning", "partitioning", doc="`key` or `single`."),
+            Row("delivery", "delivery", doc="`at_least_once` or `exactly_once`."),
+            Row("tasks", "tasks", doc="Spark tasks writing (`partitioning: key`); 1: no shuffle."),
+            Row("create_topics", "create_topics"),
+            Row("partitions", "partitions", doc="Partitions of the topics it creates."),
+            Row("positions_topic", "positions_topic", doc="`exactly_once`: batch positions."),
+            Row("producer", "producer", "map", "{}", "librdkafka settings (no secrets)."),
+            Row("timeout_s", "timeout_s"),
+            Row("format, topic, ...", "bus", "fields", "—", "The bus fields below."),
+        ),
+        hidden=frozenset({"pipeline"}),
+        intro="Kafka topics ([sinks-bus.md](sinks-bus.md)).",
+    ),
+    Section(
+        "sinks[] type: nats",
+        "headwater.sinks.nats.configuration.NatsConfig",
+        (
+            Row("url", "url"),
+            Row("stream", "stream"),
+            Row("ordering", "ordering", doc="`table` or `global`."),
+            Row("tasks", "tasks"),
+            Row("duplicate_window_s", "duplicate_window_s"),
+            Row("window", "window", doc="Publishes awaiting their acknowledgement at once."),
+            Row("timeout_s", "timeout_s"),
+            Row("format, topic, ...", "bus", "fields", "—", "The bus fields below (subjects)."),
+        ),
+        intro="NATS JetStream subjects ([sinks-bus.md](sinks-bus.md)).",
+    ),
+    Section(
+        "sinks[] type: redis",
+        "headwater.sinks.redis.configuration.RedisConfig",
+        (
+            Row("host", "host"),
+            Row("port", "port"),
+            Row("db", "db"),
+            Row("password_env", "password_env"),
+            Row("password_file", "password_file"),
+            Row("ordering", "ordering", doc="`table` or `global`."),
+            Row("tasks", "tasks"),
+            Row("timeout_s", "timeout_s"),
+            Row("format, topic, ...", "bus", "fields", "—", "The bus fields below (stream keys)."),
+        ),
+        intro="Redis Streams ([sinks-bus.md](sinks-bus.md)).",
+    ),
+    Section(
+        "sinks[] (kafka, nats, redis): bus fields",
+        "headwater.sinks.bus.messages.BusOptions",
+        (
+            Row("format", "format", doc="`change_row`, `debezium` or `ums`."),
+            Row("topic", "topic", doc="Template: `{source}`, `{database}`, `{table}`."),
+            Row("schema_topic", "schema_topic", doc="Where DDL messages go (a template)."),
+            Row("tombstones", "tombstones"),
+            Row("ums_max_rows", "ums_max_rows"),
+        ),
+        intro="Defaults shown are Kafka's; NATS and Redis have their own `topic` and "
+        "`schema_topic` defaults ([sinks-bus.md](sinks-bus.md)).",
     ),
 )
 
@@ -458,7 +594,7 @@ _TYPES = (
     (r"^float$", "number"),
     (r"^bool$", "boolean"),
     (r"^Path$", "path"),
-    (r"^DdlMode$", "apply, skip or fail"),
+    (r"^DdlMode$", "evolve, lenient, ignore or fail"),
     (r"^Durability$", "fsync, group or none"),
 )
 
@@ -560,13 +696,7 @@ def render() -> str:
     lines += ["## Pipeline file", ""]
     for sec in PIPELINE:
         lines += _section(sec, "###")
-    lines += [
-        "The `ums` sink has no model class: `path` (required; relative to the file) and "
-        "`max_rows` (rows per UMS message, default 1000).",
-        "",
-        "## Change log store",
-        "",
-    ]
+    lines += ["## Change log store", ""]
     for sec in STORE:
         lines += _section(sec, "###")
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -3,11 +3,12 @@
 The file is parsed with ``yaml.compose`` so every value keeps the line it was written on;
 every problem raises :class:`~headwater.errors.ConfigError` naming the file, that line and
 the dotted field (``sources[1].filters.include[0]``). Unknown fields are errors (a typo must
-not silently fall back to a default). Passwords are read here (inline, from a file, or from
-an environment variable) and are never part of a message or a ``repr``.
+not silently fall back to a default). Passwords and tokens are read here, only from a file
+(``*_file``) or an environment variable (``*_env``): a secret written inline in the file is
+refused, and none is ever part of a message or a ``repr``.
 
 The format is documented in docs/configuration.md ("Reader"). Relative paths (``data_dir``,
-``password_file``) are relative to the directory of the configuration file.
+``password_file``, ``tls.ca``) are relative to the directory of the configuration file.
 """
 
 from __future__ import annotations
@@ -51,9 +52,16 @@ __all__ = [
     "SourceConfig",
     "StartConfig",
     "StoreConfig",
+    "TlsConfig",
     "load_reader_config",
     "parse_reader_config",
 ]
+
+#: TLS modes to the source, weakest first, as MySQL's ``--ssl-mode`` (the same tuple as
+#: ``headwater.binlog.client.SSL_MODES``, which says what each one checks).
+SSL_MODES = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
+#: The default TLS mode, MySQL's: encrypted when the server offers TLS, nothing verified.
+DEFAULT_SSL_MODE = "preferred"
 
 #: The event types a filter can keep (rows events by kind, and DDL statements).
 EVENT_KINDS = ("insert", "update", "delete", "ddl")
@@ -139,6 +147,16 @@ class StoreConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS to the source (``ssl-mode`` and files, see :data:`SSL_MODES`)."""
+
+    mode: str = DEFAULT_SSL_MODE
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SourceConfig:
     """One source server (or failover group of servers) and how its task reads it."""
 
@@ -155,13 +173,15 @@ class SourceConfig:
     reconnect: BackoffConfig = field(default_factory=BackoffConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     state_interval: float = 1.0
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     """The HTTP API the reader process serves (``headwater.server``): the address to
     listen on (port 0: any free port, see ``server.json``), the bearer token (read from a
-    file or an environment variable; never in a message or ``repr``) and fetch limits."""
+    file or an environment variable; never in a message or ``repr``), fetch limits, and
+    what bounds clients (``headwater.server.ServerOptions`` has the same fields)."""
 
     host: str = "127.0.0.1"
     port: int = 8484
@@ -169,6 +189,11 @@ class ServerConfig:
     max_rows: int = 100_000
     max_bytes: int = 64 * MIB
     max_wait_s: float = 60.0
+    max_connections: int = 64
+    idle_timeout_s: float = 30.0
+    header_timeout_s: float = 10.0
+    backlog: int = 128
+    fetch_workers: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +272,7 @@ _SOURCE_FIELDS = {
     "reconnect",
     "store",
     "state_interval",
+    "tls",
 }
 
 
@@ -291,6 +317,8 @@ def _source(ctx: YamlContext, node: yaml.Node, path: str) -> SourceConfig:
         kw["reconnect"] = _backoff(ctx, f["reconnect"], f"{path}.reconnect")
     if "store" in f:
         kw["store"] = _store(ctx, f["store"], f"{path}.store")
+    if "tls" in f:
+        kw["tls"] = _tls(ctx, f["tls"], f"{path}.tls")
     return SourceConfig(
         name=name,
         hosts=hosts,
@@ -307,18 +335,23 @@ def _password(ctx: YamlContext, f: dict[str, yaml.Node], path: str) -> str:
 
 
 def _secret(ctx: YamlContext, f: dict[str, yaml.Node], path: str, name: str) -> str | None:
-    """``name`` inline, or the first line of ``name_file``, or ``$name_env``; None if none."""
-    given = [k for k in (name, f"{name}_file", f"{name}_env") if k in f]
+    """The first line of ``name_file``, or ``$name_env``; None if neither. ``name``
+    itself (the secret inline) is refused: configuration files get copied, committed and
+    shown, and the secret with them."""
+    if name in f:
+        raise ctx.error(
+            f[name],
+            f"{path}.{name}",
+            f"a {name} is not accepted inline: put it in a file ({name}_file) or an "
+            f"environment variable ({name}_env)",
+        )
+    given = [k for k in (f"{name}_file", f"{name}_env") if k in f]
     if len(given) > 1:
         raise ctx.error(f[given[1]], f"{path}.{given[1]}", f"give only one of {', '.join(given)}")
     if not given:
         return None
     key = given[0]
     node = f[key]
-    if key == name:
-        if not isinstance(node, yaml.ScalarNode):
-            raise ctx.error(node, f"{path}.{key}", "must be a string")
-        return str(node.value)
     if key.endswith("_file"):
         p = path_value(ctx, node, f"{path}.{key}")
         try:
@@ -477,8 +510,45 @@ def _store(ctx: YamlContext, node: yaml.Node, path: str) -> StoreConfig:
     return StoreConfig(**kw)
 
 
+def _tls(ctx: YamlContext, node: yaml.Node, path: str) -> TlsConfig:
+    f = mapping(ctx, node, path, {"mode", "ca", "cert", "key"})
+    mode = string(ctx, f["mode"], f"{path}.mode") if "mode" in f else DEFAULT_SSL_MODE
+    if mode not in SSL_MODES:
+        raise ctx.error(
+            f["mode"], f"{path}.mode", f"expected one of {', '.join(SSL_MODES)}, got {mode!r}"
+        )
+    files: dict[str, Path] = {}
+    for key in ("ca", "cert", "key"):
+        if key in f:
+            p = files[key] = path_value(ctx, f[key], f"{path}.{key}")
+            if not p.is_file():
+                raise ctx.error(f[key], f"{path}.{key}", f"no such file: {p}")
+    if "key" in files and "cert" not in files:
+        raise ctx.error(f["key"], f"{path}.key", "a client key needs its certificate (cert)")
+    if "ca" in files and mode in ("disabled", "preferred", "required"):
+        raise ctx.error(
+            f["ca"],
+            f"{path}.ca",
+            f"mode {mode} checks no certificate: use verify_ca or verify_identity",
+        )
+    return TlsConfig(mode, files.get("ca"), files.get("cert"), files.get("key"))
+
+
 def _server(ctx: YamlContext, node: yaml.Node, path: str) -> ServerConfig:
-    keys = {"listen", "token_file", "token_env", "max_rows", "max_bytes", "max_wait"}
+    keys = {
+        "listen",
+        "token",
+        "token_file",
+        "token_env",
+        "max_rows",
+        "max_bytes",
+        "max_wait",
+        "max_connections",
+        "idle_timeout",
+        "header_timeout",
+        "backlog",
+        "fetch_workers",
+    }
     f = mapping(ctx, node, path, keys)
     kw: dict[str, Any] = {}
     if "listen" in f:
@@ -498,4 +568,18 @@ def _server(ctx: YamlContext, node: yaml.Node, path: str) -> ServerConfig:
         kw["max_bytes"] = size(ctx, f["max_bytes"], f"{path}.max_bytes", MIB, 2**31)
     if "max_wait" in f:
         kw["max_wait_s"] = number(ctx, f["max_wait"], f"{path}.max_wait", 0, 3600)
+    if "max_connections" in f:
+        kw["max_connections"] = integer(
+            ctx, f["max_connections"], f"{path}.max_connections", 1, 100_000
+        )
+    if "idle_timeout" in f:
+        kw["idle_timeout_s"] = number(ctx, f["idle_timeout"], f"{path}.idle_timeout", 0.1, 86400)
+    if "header_timeout" in f:
+        kw["header_timeout_s"] = number(
+            ctx, f["header_timeout"], f"{path}.header_timeout", 0.1, 3600
+        )
+    if "backlog" in f:
+        kw["backlog"] = integer(ctx, f["backlog"], f"{path}.backlog", 1, 65535)
+    if "fetch_workers" in f:
+        kw["fetch_workers"] = integer(ctx, f["fetch_workers"], f"{path}.fetch_workers", 0, 64)
     return ServerConfig(**kw)

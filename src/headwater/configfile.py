@@ -71,9 +71,19 @@ def read_config(path: str | os.PathLike[str]) -> tuple[str, str, Path]:
     in it are relative to; an unreadable file is a ConfigError naming it."""
     file = os.fspath(path)
     try:
-        text = Path(file).read_text(encoding="utf-8")
+        data = Path(file).read_bytes()
     except OSError as e:
         raise ConfigError(f"cannot read the configuration: {e.strerror}", file=file) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(
+            f"not UTF-8: byte 0x{data[e.start]:02x} at byte offset {e.start} ({e.reason}); "
+            "save the file as UTF-8",
+            file=file,
+            line=line,
+        ) from None
     return text, file, Path(file).resolve().parent
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from headwater.changes.schema import image_json
 from headwater.position import Position
 from headwater.schema.model import Column, TableDef
-from headwater.spark.schema import image_json
 
 SOURCE = "src"
 

@@ -16,10 +16,11 @@ from typing import Any
 
 from headwater.binlog.framing import FormatDescription
 from headwater.changes import decode_record
+from headwater.changes.schema import change_row_values
 from headwater.config import FilterConfig
 from headwater.sandbox import MariadbSandbox
+from headwater.schema.ddlscope import ddl_scope
 from headwater.schema.history import SchemaHistory
-from headwater.spark.schema import change_row_values
 from headwater.store import ChangeLog, Durability, Record, StoreOptions
 from tests.integration.test_reader_capture import (
     Running,
@@ -74,10 +75,28 @@ class Captured:
             if rec.seq < first_seq:
                 continue
             for change in decode_record(
-                rec, source=source, fde=self.fde, schema=history, want=tables
+                rec,
+                source=source,
+                fde=self.fde,
+                schema=history,
+                want=tables,
+                want_ddl=None if tables is None else _ddl_oracle(tables),
             ):
                 out.append(change_row_values(change))
         return out
+
+
+def _ddl_oracle(tables: Any) -> Any:
+    """A DDL statement is expected when it is about data and touches a wanted table, or a
+    database the filter wants whole (``tables(db, "*")``), by the classifier's objects."""
+
+    def want(sql: str, default_db: str) -> bool:
+        scope = ddl_scope(sql, default_db)
+        return scope.about_data and any(
+            tables(db, "*" if table is None else table) for db, table in scope.objects
+        )
+
+    return want
 
 
 _CAPTURED: dict[int, Captured] = {}

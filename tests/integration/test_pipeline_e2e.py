@@ -23,9 +23,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from headwater.config import FilterConfig
+from headwater.pipeline.config import load_pipeline_config
+from headwater.pipeline.runner import PipelineRunner
 from headwater.sandbox import MariadbSandbox
-from headwater.spark.pipeline_config import load_pipeline_config
-from headwater.spark.runner import PipelineRunner
 from tests.integration.test_reader_capture import Running, source_config, start_at, wait_caught_up
 
 # Python workers must import headwater.

@@ -1,4 +1,4 @@
-"""A re-snapshot triggered by a signal row while the pipeline runs (headwater.spark.runner).
+"""A re-snapshot triggered by a signal row while the pipeline runs (headwater.pipeline.runner).
 
 A live MariaDB source, a reader, and ``PipelineRunner.run`` streaming database A into
 database B on a second MariaDB (bulk snapshot path) and into schema B on PostgreSQL
@@ -25,11 +25,11 @@ import pymysql
 from pyspark.sql import SparkSession
 
 from headwater.config import FilterConfig
+from headwater.connections import SourceConnection
+from headwater.pipeline.config import load_pipeline_config
+from headwater.pipeline.runner import PipelineRunner
 from headwater.sandbox import MariadbSandbox
-from headwater.sinks.base import ConnectionOptions
 from headwater.snapshot.signals import send_signal
-from headwater.spark.pipeline_config import load_pipeline_config
-from headwater.spark.runner import PipelineRunner
 from tests.integration.test_pipeline_e2e import (
     TABLES,
     Workload,
@@ -129,7 +129,7 @@ def test_signal_resnapshots_damaged_targets_while_the_workload_runs(
         busy.start()
         time.sleep(0.3)
         ident = send_signal(
-            ConnectionOptions(mariadb.host, mariadb.port, "root"),
+            SourceConnection(mariadb.host, mariadb.port, "root"),
             [f"{db}.orders", f"{db}.items"],
             table=signal_table,
         )
@@ -155,7 +155,7 @@ def test_signal_resnapshots_damaged_targets_while_the_workload_runs(
         # A signal naming a table that does not exist is reported, not fatal: the
         # stream goes on.
         send_signal(
-            ConnectionOptions(mariadb.host, mariadb.port, "root"),
+            SourceConnection(mariadb.host, mariadb.port, "root"),
             [f"{db}.no_such_table"],
             table=signal_table,
         )

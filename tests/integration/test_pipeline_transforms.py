@@ -12,9 +12,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from headwater.pipeline.config import parse_pipeline_config
 from headwater.sandbox import MariadbSandbox
 from headwater.spark import register
-from headwater.spark.pipeline_config import parse_pipeline_config
 from tests.integration.test_pipeline_e2e import (  # noqa: F401  (reader is a fixture)
     reader,
     run_available_now,

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from headwater.binlog.client import BinlogClient, ClientOptions
+from headwater.binlog.preflight import heartbeat_grant_problem
+from headwater.config import HeartbeatConfig, HostConfig, SourceConfig, StartConfig
 from headwater.errors import (
     PositionPurgedError,
     PrivilegeError,
@@ -18,6 +20,7 @@ from headwater.errors import (
     SourceConfigError,
 )
 from headwater.position import BinlogCoordinate, MariadbGtid, MariadbGtidPos, MysqlGtidSet
+from headwater.reader.heartbeat import HeartbeatWriter
 from headwater.sandbox import MariadbSandbox
 
 _server_ids = itertools.count(7300)
@@ -157,3 +160,75 @@ def test_row_image_and_metadata_not_full_are_warned(
     assert len(warnings) == 2
     assert "set binlog_row_image=FULL" in warnings[0]
     assert "set binlog_row_metadata=FULL" in warnings[1]
+
+
+def _heartbeat_user(mariadb: MariadbSandbox, name: str, *grants: str) -> Any:
+    mariadb.execute(
+        f"CREATE OR REPLACE USER '{name}'@'%' IDENTIFIED BY 'hb-pw'",
+        f"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{name}'@'%'",
+        *(g.format(u=f"'{name}'@'%'") for g in grants),
+    )
+    return mariadb.connect(user=name, password="hb-pw")
+
+
+def test_heartbeat_grants_missing_are_named_with_the_grant_to_run(mariadb: MariadbSandbox) -> None:
+    conn = _heartbeat_user(mariadb, "hw_hb_none")
+    try:
+        problem = heartbeat_grant_problem(conn, "hw_hb.beat", create=True)
+        assert problem == (
+            "'hw_hb_none'@'%' may not write the heartbeat table hw_hb.beat (missing CREATE, "
+            "INSERT, UPDATE): run GRANT CREATE, INSERT, UPDATE ON `hw_hb`.* TO 'hw_hb_none'@'%'"
+        )
+        assert "hb-pw" not in problem
+    finally:
+        conn.close()
+    conn = _heartbeat_user(mariadb, "hw_hb_ins", "GRANT INSERT ON `hw\\_hb`.* TO {u}")
+    try:
+        problem = heartbeat_grant_problem(conn, "hw_hb.beat", create=False)
+        assert problem is not None and "(missing UPDATE)" in problem
+    finally:
+        conn.close()
+
+
+def test_heartbeat_grants_from_the_documented_grant_pass(mariadb: MariadbSandbox) -> None:
+    conn = _heartbeat_user(mariadb, "hw_hb_all", "GRANT CREATE, INSERT, UPDATE ON `hw_hb`.* TO {u}")
+    try:
+        assert heartbeat_grant_problem(conn, "hw_hb.beat", create=True) is None
+    finally:
+        conn.close()
+    conn = _heartbeat_user(mariadb, "hw_hb_tbl", "GRANT INSERT, UPDATE ON *.* TO {u}")
+    try:
+        assert heartbeat_grant_problem(conn, "hw_hb.beat", create=False) is None
+    finally:
+        conn.close()
+
+
+def test_heartbeat_without_grants_warns_once_not_every_interval(
+    mariadb: MariadbSandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    _heartbeat_user(mariadb, "hw_hb_w").close()
+    source = SourceConfig(
+        name="hb",
+        hosts=(HostConfig(mariadb.host, mariadb.port),),
+        user="hw_hb_w",
+        password="hb-pw",
+        server_id=7399,
+        start=StartConfig("latest"),
+    )
+    caplog.set_level(logging.WARNING, "headwater.reader.heartbeat")
+    writer = HeartbeatWriter(source, HeartbeatConfig("hw_hb.beat", interval=0.02))
+    writer.start()
+    try:
+        deadline = time.monotonic() + 10
+        while writer.errors < 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        writer.stop()
+    assert writer.errors >= 10 and writer.written == 0
+    lines = [r.getMessage() for r in caplog.records]
+    assert [m for m in lines if "may not write the heartbeat table" in m] == [
+        "hb: 'hw_hb_w'@'%' may not write the heartbeat table hw_hb.beat (missing CREATE, INSERT,"
+        " UPDATE): run GRANT CREATE, INSERT, UPDATE ON `hw_hb`.* TO 'hw_hb_w'@'%'"
+    ]
+    assert len([m for m in lines if "heartbeat write failed" in m]) == 1
+    assert all("hb-pw" not in m for m in lines)

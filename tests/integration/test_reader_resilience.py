@@ -47,7 +47,6 @@ sources:
     host: {server.host}
     port: {server.port}
     user: root
-    password: ""
     server_id: 7301
     heartbeat_period: 0.5
     state_interval: 0.05

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from headwater.connections import TargetConnection
 from headwater.errors import SinkError, TransientSinkError
 from headwater.sandbox import MariadbSandbox
 from headwater.schema.model import TableDef
-from headwater.sinks import ConnectionOptions, DdlMode, RetryPolicy, StaticSchema, create_sink
+from headwater.sinks import DdlMode, RetryPolicy, StaticSchema, create_sink
 from headwater.sinks.merge import ROLE_KEY, ChangeColumns
 from headwater.sinks.mysql import MysqlSink, MysqlSinkConfig
 from tests.integration.sink_support import (
@@ -40,7 +41,7 @@ def make_sink(server: MariadbSandbox, db: str, schema: Any, **options: Any) -> M
     options.setdefault("database_map", (("src", db),))
     config = MysqlSinkConfig(
         pipeline="p1",
-        connection=ConnectionOptions(host=server.host, port=server.port, user="root"),
+        connection=TargetConnection(host=server.host, port=server.port, user="root"),
         schema=schema,
         checkpoint_database=f"{db}_hw",
         retry=options.pop("retry", RetryPolicy(attempts=3, base_delay_s=0.01)),
@@ -266,7 +267,7 @@ def test_a_lock_wait_timeout_is_retried_with_backoff(
     mariadb_target: MariadbSandbox, target: str
 ) -> None:
     create(mariadb_target, target, items_table(target))
-    options = ConnectionOptions(
+    options = TargetConnection(
         host=mariadb_target.host,
         port=mariadb_target.port,
         session=(("innodb_lock_wait_timeout", 1),),
@@ -296,7 +297,7 @@ def test_retries_that_run_out_raise_a_transient_error_with_the_position(
     mariadb_target: MariadbSandbox, target: str
 ) -> None:
     create(mariadb_target, target, items_table(target))
-    options = ConnectionOptions(
+    options = TargetConnection(
         host=mariadb_target.host,
         port=mariadb_target.port,
         session=(("innodb_lock_wait_timeout", 1),),
@@ -478,7 +479,7 @@ def test_registry_builds_the_sink_from_options(mariadb_target: MariadbSandbox, t
     sink = create_sink(
         "mysql",
         pipeline="p1",
-        connection=ConnectionOptions(host=mariadb_target.host, port=mariadb_target.port),
+        connection=TargetConnection(host=mariadb_target.host, port=mariadb_target.port),
         schema=StaticSchema((items_table("src"),)),
         database_map=(("src", target),),
         checkpoint_database=f"{target}_hw",

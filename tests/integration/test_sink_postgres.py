@@ -10,11 +10,19 @@ from typing import Any
 import psycopg
 import pytest
 
-from headwater.errors import ConfigError, SinkError
+from headwater.connections import TargetConnection
+from headwater.errors import SinkError
 from headwater.schema.model import TableDef
-from headwater.sinks import ConnectionOptions, DdlMode, RetryPolicy, StaticSchema
+from headwater.sinks import DdlMode, RetryPolicy, StaticSchema
 from headwater.sinks.postgres import PostgresSink, PostgresSinkConfig
-from tests.integration.sink_support import FaultyConnection, col, items_table, pair_table, row
+from tests.integration.sink_support import (
+    FaultyConnection,
+    VersionedSchema,
+    col,
+    items_table,
+    pair_table,
+    row,
+)
 
 SCHEMA = StaticSchema((items_table("src"), pair_table("src")))
 
@@ -23,8 +31,8 @@ def make_sink(pg: dict[str, Any], schema: Any = SCHEMA, **options: Any) -> Postg
     session = options.pop("session", ())
     return PostgresSink(
         PostgresSinkConfig(
-            pipeline="p1",
-            connection=ConnectionOptions(
+            pipeline=options.pop("pipeline", "p1"),
+            connection=TargetConnection(
                 host=pg["host"],
                 port=int(pg["port"]),
                 user=pg["user"],
@@ -105,10 +113,10 @@ def test_a_crash_inside_the_transaction_leaves_the_target_unchanged(
     def crash() -> None:
         raise RuntimeError("process died")
 
-    # checkpoint setup (advisory lock + 2), create tables (advisory lock + 2), checkpoint
-    # insert and lock (2), savepoint and the first one-row upsert, savepoint: the crash hits
-    # before the second upsert
-    faulty = FaultyConnection(sink.connect(), after=11, fault=crash)
+    # checkpoint setup (advisory lock + 2), create tables (nothing: this process saw the
+    # table), checkpoint insert and lock (2), savepoint and the first one-row upsert,
+    # savepoint: the crash hits before the second upsert
+    faulty = FaultyConnection(sink.connect(), after=8, fault=crash)
     with pytest.raises(RuntimeError):
         sink.apply_changes(batch, 1, connection=faulty)
     assert faulty.executed[-2].startswith('INSERT INTO "mirror"."items"')
@@ -231,15 +239,26 @@ def test_zero_dates_fail_when_configured(postgres: dict[str, Any]) -> None:
         )
 
 
-def test_ddl_is_skipped_or_fails_and_cannot_be_applied(postgres: dict[str, Any]) -> None:
+def test_ddl_is_derived_ignored_or_fails(postgres: dict[str, Any]) -> None:
+    """PostgreSQL gets DDL derived from the definitions before and after the change
+    (never the MySQL text); ``ignore`` leaves the table and writes the columns it has;
+    ``fail`` names the setting."""
+    old = items_table("src")
+    new = TableDef("src", "items", (*old.columns, col("x", "int")), primary_key=("id",))
+    schema = VersionedSchema((old,), (new,), at=5)
     ddl = row("ddl", 5, "src", "", sql="ALTER TABLE items ADD COLUMN x INT")
-    assert not make_sink(postgres).capabilities.applies_ddl
-    make_sink(postgres).apply_changes([*SEED, ddl], 1)  # skip: the data goes on
-    assert query(postgres, "SELECT count(*) FROM mirror.items") == [(3,)]
+    later = row("insert", 6, "src", "items", after={**item(4), "x": 9})
+    assert make_sink(postgres).capabilities.applies_ddl
+    make_sink(postgres, schema, ddl=DdlMode.IGNORE).apply_changes([*SEED, ddl, later], 1)
+    assert query(postgres, "SELECT count(*) FROM mirror.items") == [(4,)]
     with pytest.raises(SinkError, match="ddl: fail"):
-        make_sink(postgres, ddl=DdlMode.FAIL).apply_changes([ddl], 2)
-    with pytest.raises(ConfigError, match="ddl"):
-        make_sink(postgres, ddl=DdlMode.APPLY)
+        make_sink(postgres, schema, ddl=DdlMode.FAIL).apply_changes([ddl], 2)
+    sink = make_sink(postgres, schema, pipeline="p2")  # lenient, its own checkpoints
+    sink.apply_changes([*SEED, ddl, later], 1)
+    sink.apply_changes([*SEED, ddl, later], 1)  # a replay adds nothing twice
+    assert query(postgres, "SELECT id, x FROM mirror.items ORDER BY id") == [
+        (1, None), (2, None), (3, None), (4, 9)
+    ]  # fmt: skip
 
 
 def test_create_tables_with_concurrent_shards(postgres: dict[str, Any]) -> None:

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from headwater.changes.schema import change_schema
+from headwater.connections import TargetConnection
 from headwater.sandbox import MariadbSandbox
 from headwater.schema.model import TableDef
-from headwater.sinks import ConnectionOptions, StaticSchema
+from headwater.sinks import StaticSchema
 from headwater.sinks.files import MirrorConfig, ParquetChangeLog, ParquetLogConfig, ParquetMirror
 from headwater.sinks.mysql import MysqlSink, MysqlSinkConfig
-from headwater.spark.schema import change_schema
 from tests.integration.sink_support import col, items_table, row
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -92,7 +93,7 @@ def test_write_batch_applies_shards_in_parallel_exactly_once(
     sink = MysqlSink(
         MysqlSinkConfig(
             pipeline="spark",
-            connection=ConnectionOptions(host=mariadb_target.host, port=mariadb_target.port),
+            connection=TargetConnection(host=mariadb_target.host, port=mariadb_target.port),
             schema=StaticSchema(defs),
             database_map=(("src", target),),
             checkpoint_database=f"{target}_hw",
@@ -132,7 +133,7 @@ def test_write_batch_applies_ddl_between_the_data_around_it(
     sink = MysqlSink(
         MysqlSinkConfig(
             pipeline="spark",
-            connection=ConnectionOptions(host=mariadb_target.host, port=mariadb_target.port),
+            connection=TargetConnection(host=mariadb_target.host, port=mariadb_target.port),
             schema=VersionedSchema((old,), (new,), at=50),
             database_map=(("src", target),),
             checkpoint_database=f"{target}_hw",

@@ -16,14 +16,15 @@ import pytest
 from pyspark.sql import SparkSession
 
 from headwater.config import FilterConfig
+from headwater.connections import SourceConnection
+from headwater.pipeline.config import load_pipeline_config
+from headwater.pipeline.snapshots import run_snapshot
 from headwater.sandbox import MariadbSandbox
 from headwater.schema.introspect import read_tables
-from headwater.sinks.base import ConnectionOptions
 from headwater.sinks.mysql.bulk import line_sql
-from headwater.snapshot import SnapshotOptions, run_snapshot
+from headwater.snapshot import SnapshotOptions
 from headwater.snapshot.bulk import read_lines
 from headwater.snapshot.state import SnapshotState
-from headwater.spark.pipeline_config import load_pipeline_config
 from headwater.verify import VerifyOptions, parse_endpoint, verify
 from tests.integration.test_reader_capture import (
     Running,
@@ -101,7 +102,7 @@ def snapshot(
     run_snapshot(
         spark,
         config,
-        connection=ConnectionOptions(source.host, source.port, "root"),
+        connection=SourceConnection(source.host, source.port, "root"),
         tables=f"{db}.every_type",
         options=SnapshotOptions(chunk_rows=2, wave_chunks=3, timeout_s=30),
     )

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from headwater.connections import SourceConnection
+from headwater.pipeline.config import load_pipeline_config
+from headwater.pipeline.runner import PipelineRunner
+from headwater.pipeline.snapshots import run_snapshot, stream_config
 from headwater.sandbox import MariadbSandbox
-from headwater.sinks.base import ConnectionOptions
-from headwater.snapshot import SnapshotOptions, run_snapshot, stream_config
+from headwater.snapshot import SnapshotOptions
 from headwater.snapshot.state import SnapshotState
-from headwater.spark.pipeline_config import load_pipeline_config
-from headwater.spark.runner import PipelineRunner
 from tests.integration.snapshot_support import (  # noqa: F401  (captured is a fixture)
     SHAPES,
     Churn,
@@ -56,7 +57,7 @@ def test_snapshot_under_concurrent_changes_then_stream_equals_source(
         result = run_snapshot(
             spark,
             config,
-            connection=ConnectionOptions(mariadb.host, mariadb.port, "root"),
+            connection=SourceConnection(mariadb.host, mariadb.port, "root"),
             tables=tables,
             options=SnapshotOptions(chunk_rows=250, wave_chunks=6, timeout_s=30, bulk=bulk),
         )

@@ -168,7 +168,7 @@ def test_missing_password_env_and_file_are_errors() -> None:
     assert (e.line, e.field) == (7, "sources[0].password_env") and "not set" in str(e)
     e = _error(base + "    password_file: /nonexistent/pw\n")
     assert (e.line, e.field) == (7, "sources[0].password_file") and "cannot read" in str(e)
-    e = _error(base + "    password: a\n    password_env: B\n")
+    e = _error(base + "    password_file: a\n    password_env: B\n")
     assert e.field == "sources[0].password_env" and "only one" in str(e)
 
 
@@ -194,3 +194,76 @@ def test_start_forms() -> None:
 def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the configuration"):
         load_reader_config(tmp_path / "missing.yaml")
+
+
+def test_secrets_written_inline_are_refused_without_showing_them() -> None:
+    base = "data_dir: d\nsources:\n  - name: a\n    user: u\n    host: h\n    server_id: 1\n"
+    e = _error(base + "    password: hunter2\n")
+    assert (e.line, e.field) == (7, "sources[0].password")
+    assert "password_file" in str(e) and "password_env" in str(e)
+    assert "hunter2" not in str(e)
+    e = _error(base + "server:\n  token: tok-123456\n")
+    assert (e.line, e.field) == (8, "server.token")
+    assert "token_file" in str(e) and "tok-123456" not in str(e)
+
+
+def test_token_from_env_is_kept_out_of_the_repr() -> None:
+    base = "data_dir: d\nsources:\n  - name: a\n    user: u\n    host: h\n    server_id: 1\n"
+    config = parse_reader_config(
+        base + "server: {listen: '0.0.0.0:9000', token_env: TOK}\n", env={"TOK": "tok-987"}
+    )
+    assert config.server is not None and config.server.token == "tok-987"
+    assert "tok-987" not in repr(config)
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error_naming_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "reader.yaml"
+    path.write_bytes(b"data_dir: d\n# caf\xe9 in Latin-1\nsources: []\n")
+    with pytest.raises(ConfigError) as info:
+        load_reader_config(path)
+    e = info.value
+    assert (e.file, e.line) == (str(path), 2)
+    assert "not UTF-8" in str(e) and "byte 0xe9 at byte offset 17" in str(e)
+
+
+def test_server_limits_load_and_default() -> None:
+    base = "data_dir: d\nsources:\n  - name: a\n    user: u\n    host: h\n    server_id: 1\n"
+    config = parse_reader_config(base + "server: {listen: '127.0.0.1:0'}\n", env={})
+    assert config.server is not None
+    sc = config.server
+    assert (sc.max_connections, sc.idle_timeout_s, sc.header_timeout_s) == (64, 30.0, 10.0)
+    assert (sc.backlog, sc.fetch_workers) == (128, 2)
+    text = (
+        "server: {listen: '127.0.0.1:0', max_connections: 5, idle_timeout: 2.5,"
+        " header_timeout: 1, backlog: 16, fetch_workers: 0}\n"
+    )
+    sc2 = parse_reader_config(base + text, env={}).server
+    assert sc2 is not None
+    assert (sc2.max_connections, sc2.idle_timeout_s, sc2.header_timeout_s) == (5, 2.5, 1.0)
+    assert (sc2.backlog, sc2.fetch_workers) == (16, 0)
+    e = _error(base + "server: {max_connections: 0}\n")
+    assert e.field == "server.max_connections"
+
+
+def test_tls_modes_and_files(tmp_path: Path) -> None:
+    base = "data_dir: d\nsources:\n  - name: a\n    user: u\n    host: h\n    server_id: 1\n"
+    (src,) = parse_reader_config(base, env={}).sources
+    assert src.tls.mode == "preferred" and src.tls.ca is None  # MySQL's default
+    (tmp_path / "ca.pem").write_text("x")
+    (tmp_path / "c.pem").write_text("x")
+    (tmp_path / "c.key").write_text("x")
+    text = base + "    tls: {mode: verify_identity, ca: ca.pem, cert: c.pem, key: c.key}\n"
+    (src,) = parse_reader_config(text, base=tmp_path, env={}).sources
+    assert src.tls.mode == "verify_identity"
+    assert (src.tls.ca, src.tls.cert, src.tls.key) == (
+        tmp_path / "ca.pem",
+        tmp_path / "c.pem",
+        tmp_path / "c.key",
+    )
+    e = _error(base + "    tls: {mode: strict}\n")
+    assert e.field == "sources[0].tls.mode" and "verify_identity" in str(e)
+    e = _error(base + "    tls: {mode: verify_ca, ca: /nonexistent/ca.pem}\n")
+    assert e.field == "sources[0].tls.ca" and "no such file" in str(e)
+    with pytest.raises(ConfigError) as info:
+        parse_reader_config(base + "    tls: {mode: required, ca: ca.pem}\n", base=tmp_path, env={})
+    assert info.value.field == "sources[0].tls.ca" and "checks no certificate" in str(info.value)

@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 from headwater.config import load_reader_config
-from headwater.spark.pipeline_config import load_pipeline_config
+from headwater.pipeline.config import load_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -63,7 +63,7 @@ def test_reader_example_loads(path: Path) -> None:
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("pipeline-*.yaml")), ids=lambda p: p.name)
 def test_pipeline_example_loads(path: Path) -> None:
-    from headwater.spark.runner import build_sink
+    from headwater.pipeline.sinks import build_sink
 
     config = load_pipeline_config(path, env=ENV)
     assert config.sinks
@@ -78,5 +78,5 @@ def test_cli_doc_holds_the_current_help_of_every_command() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-    assert text.count("```\nusage: headwater") == 8  # every command has its block
+    assert text.count("```\nusage: headwater") == 10  # every command has its block
     assert text == module.render(text), "run: .venv/bin/python tools/gen_cli_doc.py"

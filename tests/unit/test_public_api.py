@@ -44,3 +44,54 @@ def test_error_tree_is_drawn_in_the_module_docstring() -> None:
 def test_transient_errors_say_so() -> None:
     assert errors.ConnectionLostError("x").retryable is True
     assert not hasattr(errors.PositionPurgedError("x"), "retryable")
+
+
+def test_wiring_layer_exports() -> None:
+    """The pipeline wiring's chosen names (issue 12): sinks build themselves from their
+    sections, connections have one type per role, snapshots no longer export the
+    pipeline's entry points (headwater.pipeline.snapshots has them)."""
+    import headwater.connections as connections
+    import headwater.pipeline as pipeline
+    import headwater.sinks as sinks
+    import headwater.snapshot as snapshot
+
+    assert sorted(pipeline.__all__) == [
+        "PipelineConfig",
+        "load_pipeline_config",
+        "parse_pipeline_config",
+    ]
+    assert sorted(connections.__all__) == [
+        "ServerConnection",
+        "SourceConnection",
+        "TargetConnection",
+        "mysql_connect",
+    ]
+    assert sorted(sinks.__all__) == [
+        "ApplyResult",
+        "DdlMode",
+        "RetryPolicy",
+        "SINKS",
+        "SchemaFile",
+        "SchemaSource",
+        "Sink",
+        "SinkCapabilities",
+        "SinkContext",
+        "SinkFactory",
+        "SinkSection",
+        "StaticSchema",
+        "TargetConnection",
+        "create_sink",
+        "sink_factory",
+    ]
+    assert sorted(snapshot.__all__) == [
+        "SnapshotMode",
+        "SnapshotOptions",
+        "SnapshotRequest",
+        "SnapshotResult",
+        "SnapshotRunner",
+        "plan_snapshot",
+        "watch_signals",
+    ]
+    for module in (pipeline, connections, sinks, snapshot):
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"

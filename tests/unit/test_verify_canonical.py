@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from headwater.errors import ConfigError
-from headwater.verify.canonical import canonical, canonical_row, row_digest
+from headwater.verify.canonical import canonical, canonical_row, column_kind, row_digest
 from headwater.verify.endpoints import parse_endpoint
 
 
@@ -47,9 +47,7 @@ def test_bool_equals_tinyint_and_bytes_are_hex() -> None:
 
 
 def test_null_differs_from_the_text_none() -> None:
-    assert row_digest(canonical_row([None], [False])) != row_digest(
-        canonical_row(["None"], [False])
-    )
+    assert row_digest(canonical_row([None], [""])) != row_digest(canonical_row(["None"], [""]))
 
 
 def test_url_with_a_password_is_refused_and_the_env_supplies_it() -> None:
@@ -61,3 +59,39 @@ def test_url_with_a_password_is_refused_and_the_env_supplies_it() -> None:
     )
     assert (ep.kind, ep.port, ep.database, ep.password) == ("postgresql", 5432, "db", "pw")
     assert "pw" not in repr(ep) and str(ep) == "postgresql://u@h:5432/db"
+
+
+def test_bit_compares_as_its_unsigned_integer() -> None:
+    kind = column_kind("bit", "bigint", is_json=False, cross=True)
+    assert kind == "bit"
+    assert canonical(b"\x02\xaa", kind=kind) == canonical(682, kind=kind) == "682"
+    assert canonical(b"\xff" * 8, kind=kind) == canonical(Decimal(2**64 - 1), kind=kind)
+    assert canonical(b"\x01", kind=kind) != canonical(2, kind=kind)
+
+
+def test_binary_compares_without_its_zero_padding() -> None:
+    kind = column_kind("binary", "bytea", is_json=False, cross=True)
+    assert canonical(b"\x01\x00\x00\x00", kind=kind) == canonical(b"\x01", kind=kind) == "01"
+    assert canonical(b"\x00\x01", kind=kind) != canonical(b"\x01", kind=kind)
+    assert column_kind("varbinary", "bytea", is_json=False, cross=True) == ""
+
+
+def test_single_precision_float_compares_to_six_digits() -> None:
+    kind = column_kind("float", "real", is_json=False, cross=True)
+    assert canonical(3.14159, kind=kind) == canonical(3.1415927, kind=kind) == "3.14159"
+    assert canonical(-3.25e38, kind=kind) == canonical(-3.25e38, kind=kind)
+    assert canonical(1.5, kind=kind) != canonical(1.25, kind=kind)
+    assert column_kind("double", "double precision", is_json=False, cross=True) == ""
+
+
+def test_zero_dates_are_null_only_against_another_product() -> None:
+    cross = column_kind("datetime", "timestamp without time zone", is_json=False, cross=True)
+    same = column_kind("datetime", "datetime", is_json=False, cross=False)
+    assert canonical("0000-00-00 00:00:00", kind=cross) is None
+    assert canonical("0000-00-00 00:00:00", kind=same) == "0000-00-00 00:00:00"
+    assert canonical(dt.datetime(2024, 1, 2), kind=cross) == "2024-01-02 00:00:00.000000"
+
+
+def test_canonical_row_applies_each_column_kind() -> None:
+    row = canonical_row((b"\x05", '{"b":1, "a":2}', "x"), ("bit", "json", ""))
+    assert row == ("5", '{"a":2,"b":1}', "x")

@@ -19,10 +19,36 @@ the bytes are there (5.6 stops after ``gno``; 5.7 after ``sequence_number``)::
     [original_server_version] u32 follows, else equal
     commit_group_ticket       u64 (8.0.27+, group replication)
 
-GTID_TAGGED (MySQL 8.4) uses the MySQL serialization library format and is kept raw.
+GTID_TAGGED (type 42, MySQL 8.3+, written for ``SET GTID_NEXT='AUTOMATIC:tag'`` or
+``'uuid:tag:n'``) carries the same fields as one message of the MySQL serialization library
+(``Gtid_event::define_fields`` in ``libs/mysql/binlog/event/control_events.h``, decoded by
+``Gtid_event::read_gtid_tagged_log_event`` in ``control_events.cpp``; the message format is
+``libs/mysql/serialization/readme.md`` and ``serializer_default_impl.hpp``). Every integer is
+a variable-length integer (:mod:`headwater._varlen`)::
 
-PREVIOUS_GTIDS: a GTID set in ``Gtid_set::encode`` form (see
-:meth:`headwater.position.MysqlGtidSet.decode`).
+    format version   varlen   1 (``serialization_format_version``)
+    message size     varlen   bytes of the whole message, from the version byte on
+    last non-ignorable field id  varlen  0 when every field may be skipped; a decoder that
+                                 knows fields 0..11 rejects a value above 12
+    then per field present: field id (varlen), value
+      0 gtid_flags               unsigned
+      1 uuid                     16 array elements, each an unsigned varlen (1-2 bytes)
+      2 gno                      signed (zig-zag)
+      3 tag                      string: varlen length (<= 32), bytes
+      4 last_committed           signed
+      5 sequence_number          signed
+      6 immediate_commit_ts      unsigned, microseconds
+      7 original_commit_ts       unsigned; absent when equal to the immediate one
+      8 transaction_length       unsigned
+      9 immediate_server_version unsigned
+     10 original_server_version  unsigned; absent when equal to the immediate one
+     11 commit_group_ticket      unsigned; absent when unset (0)
+
+A field whose id is not the next expected one is missing (its default applies); fields with
+ids above 11 (a newer server) are skipped to the message's end.
+
+PREVIOUS_GTIDS: a GTID set in ``Gtid_set::encode`` form, untagged or (MySQL 8.3+) tagged
+(see :meth:`headwater.position.MysqlGtidSet.decode`).
 
 MariaDB GTID (``Gtid_log_event``, MariaDB ``sql/log_event.cc``)::
 
@@ -48,12 +74,13 @@ import struct
 import uuid
 from dataclasses import dataclass
 
+from headwater._varlen import VarlenError, read_int, read_uint
 from headwater.binlog._context import BinlogEvent, DecodeContext
 from headwater.binlog._cursor import Cursor
 from headwater.binlog.constants import EventType
 from headwater.binlog.framing import RawEvent
 from headwater.errors import BinlogFormatError, TruncatedError
-from headwater.position import MariadbGtid, MysqlGtid, MysqlGtidSet
+from headwater.position import MariadbGtid, MysqlGtid, MysqlGtidSet, normalize_gtid_tag
 
 __all__ = [
     "GtidEvent",
@@ -61,6 +88,7 @@ __all__ = [
     "MariadbGtidListEvent",
     "PreviousGtidsEvent",
     "parse_gtid",
+    "parse_gtid_tagged",
     "parse_mariadb_gtid",
     "parse_mariadb_gtid_list",
     "parse_previous_gtids",
@@ -94,6 +122,7 @@ class GtidEvent(BinlogEvent):
     immediate_server_version: int | None = None
     original_server_version: int | None = None
     commit_group_ticket: int | None = None
+    tag: str = ""
 
     @property
     def is_anonymous(self) -> bool:
@@ -101,8 +130,8 @@ class GtidEvent(BinlogEvent):
 
     @property
     def gtid(self) -> MysqlGtid | None:
-        """``sid:gno``, or ``None`` for an anonymous transaction."""
-        return None if self.gno == 0 else MysqlGtid(self.sid, self.gno)
+        """``sid:gno`` (``sid:tag:gno`` when tagged), or ``None`` when anonymous."""
+        return None if self.gno == 0 else MysqlGtid(self.sid, self.gno, self.tag)
 
 
 def parse_gtid(raw: RawEvent, ctx: DecodeContext) -> GtidEvent:
@@ -154,6 +183,133 @@ def parse_gtid(raw: RawEvent, ctx: DecodeContext) -> GtidEvent:
     )
 
 
+_SERIALIZATION_FORMAT_VERSION = 1
+_TAGGED_FIELDS = (
+    "gtid_flags",
+    "uuid",
+    "gno",
+    "tag",
+    "last_committed",
+    "sequence_number",
+    "immediate_commit_timestamp",
+    "original_commit_timestamp",
+    "transaction_length",
+    "immediate_server_version",
+    "original_server_version",
+    "commit_group_ticket",
+)
+_SIGNED_FIELDS = frozenset({"gno", "last_committed", "sequence_number"})
+_FIELD_MAX = {"gtid_flags": 0xFF, "immediate_server_version": 0xFFFFFFFF}
+_FIELD_MAX["original_server_version"] = 0xFFFFFFFF
+_TAG_MAX = 32
+
+
+def parse_gtid_tagged(raw: RawEvent, ctx: DecodeContext) -> GtidEvent:
+    """GTID_TAGGED: the serialization-library message of the module docstring."""
+    body = bytes(raw.body)
+    try:
+        values = _read_tagged_message(body)
+    except VarlenError as e:
+        raise TruncatedError(f"GTID_TAGGED message: {e}", event_type="GTID_TAGGED") from None
+    sid = values.get("uuid")
+    gno = values.get("gno")
+    if not isinstance(sid, uuid.UUID) or not isinstance(gno, int):
+        raise BinlogFormatError(
+            "GTID_TAGGED without its uuid or gno field", event_type="GTID_TAGGED"
+        )
+    if not 1 <= gno < _GNO_END - 1:  # MIN_GNO .. GNO_END (INT64_MAX), control_events.h
+        raise BinlogFormatError(f"GTID_TAGGED gno {gno} out of range", event_type="GTID_TAGGED")
+
+    def num(name: str) -> int | None:
+        v = values.get(name)
+        return v if isinstance(v, int) else None
+
+    immediate_ts = num("immediate_commit_timestamp")
+    original_ts = num("original_commit_timestamp")
+    immediate_version = num("immediate_server_version")
+    original_version = num("original_server_version")
+    tag = values.get("tag", "")
+    return GtidEvent(
+        flags=num("gtid_flags") or 0,
+        sid=sid,
+        gno=gno,
+        lt_type=None,
+        last_committed=num("last_committed"),
+        sequence_number=num("sequence_number"),
+        immediate_commit_timestamp=immediate_ts,
+        original_commit_timestamp=immediate_ts if original_ts is None else original_ts,
+        transaction_length=num("transaction_length"),
+        immediate_server_version=immediate_version,
+        original_server_version=immediate_version if original_version is None else original_version,
+        commit_group_ticket=num("commit_group_ticket"),
+        tag=tag if isinstance(tag, str) else "",
+    )
+
+
+def _read_tagged_message(body: bytes) -> dict[str, object]:
+    """The fields present in a GTID_TAGGED message, by name (see the module docstring)."""
+    where = "GTID_TAGGED"
+    version, pos = read_uint(body, 0)
+    if version != _SERIALIZATION_FORMAT_VERSION:
+        raise BinlogFormatError(
+            f"GTID_TAGGED serialization format version {version}, expected 1", event_type=where
+        )
+    size, pos = read_uint(body, pos)
+    if size > len(body):
+        raise TruncatedError(
+            f"GTID_TAGGED message of {size} bytes in a {len(body)}-byte event", event_type=where
+        )
+    last_non_ignorable, pos = read_uint(body, pos)
+    if last_non_ignorable > len(_TAGGED_FIELDS):
+        raise BinlogFormatError(
+            f"GTID_TAGGED has unknown fields that may not be ignored (up to id"
+            f" {last_non_ignorable - 1}; this decoder knows 0-{len(_TAGGED_FIELDS) - 1})",
+            event_type=where,
+        )
+    if size < pos:
+        raise BinlogFormatError(f"GTID_TAGGED message size {size} is smaller than its header")
+    msg = body[:size]
+    values: dict[str, object] = {}
+    for field_id, name in enumerate(_TAGGED_FIELDS):
+        if pos >= size:
+            break
+        found, after_id = read_uint(msg, pos)
+        if found != field_id:
+            continue  # missing: MySQL's decode_field_id runs the field-missing default
+        pos = after_id
+        if name == "uuid":
+            raw = bytearray()
+            for i in range(16):
+                byte, pos = read_uint(msg, pos)
+                if byte > 0xFF:
+                    raise BinlogFormatError(
+                        f"GTID_TAGGED uuid byte {i} is {byte}", event_type=where
+                    )
+                raw.append(byte)
+            values[name] = uuid.UUID(bytes=bytes(raw))
+        elif name == "tag":
+            length, pos = read_uint(msg, pos)
+            text = msg[pos : pos + length]
+            if length > _TAG_MAX or len(text) < length:
+                raise BinlogFormatError(
+                    f"GTID_TAGGED tag of {length} bytes (at most {_TAG_MAX}, {size - pos} left)",
+                    event_type=where,
+                )
+            try:
+                values[name] = normalize_gtid_tag(text.decode("ascii"), "GTID_TAGGED")
+            except (UnicodeDecodeError, ValueError):
+                raise BinlogFormatError(
+                    f"GTID_TAGGED tag {text!r} is not a valid tag", event_type=where
+                ) from None
+            pos += length
+        else:
+            value, pos = (read_int if name in _SIGNED_FIELDS else read_uint)(msg, pos)
+            if value > _FIELD_MAX.get(name, value):
+                raise BinlogFormatError(f"GTID_TAGGED {name} {value} too large", event_type=where)
+            values[name] = value
+    return values
+
+
 @dataclass(frozen=True, slots=True)
 class PreviousGtidsEvent(BinlogEvent):
     """the GTIDs written to the binlog files before this one."""
@@ -176,13 +332,26 @@ def parse_previous_gtids(raw: RawEvent, ctx: DecodeContext) -> PreviousGtidsEven
 
 def _check_gtid_set_length(data: bytes) -> None:
     """Walk the encoded set's counts so that a short body is a TruncatedError (and a huge
-    count cannot make the decoder loop) before decoding it."""
+    count cannot make the decoder loop) before decoding it. The header's top byte is the
+    format (0 untagged, 1 tagged: count in bits 8-55, a tag after each uuid;
+    ``decode_nsids_format`` in MySQL sql/rpl_gtid_set.cc)."""
     cur = Cursor(data, "gtid set")
-    n_sids = cur.u64("n_sids")
-    if n_sids > len(data) // 24:
+    head = cur.u64("n_sids")
+    fmt = head >> 56
+    if fmt > 1:
+        raise BinlogFormatError(f"GTID set header {head:#018x}: unknown format byte {fmt}")
+    n_sids = (head & 0x00FFFFFFFFFFFF00) >> 8 if fmt else head
+    min_entry = 25 if fmt else 24
+    if n_sids > len(data) // min_entry:
         raise TruncatedError(f"{n_sids} sids cannot fit in {len(data)} bytes")
     for i in range(n_sids):
         cur.skip(16, f"sid {i}")
+        if fmt:
+            try:
+                tag_len, after = read_uint(data, cur.pos)
+            except VarlenError as e:
+                raise TruncatedError(f"tag of sid {i}: {e}") from None
+            cur.skip(after - cur.pos + tag_len, f"tag of sid {i}")
         n_intervals = cur.u64(f"interval count of sid {i}")
         if n_intervals > cur.remaining // 16:
             raise TruncatedError(f"{n_intervals} intervals of sid {i} past the end")

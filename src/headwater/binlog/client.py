@@ -2,7 +2,8 @@
 
 A :class:`BinlogClient` speaks the replication protocol of MySQL 5.6+ and MariaDB 10.x:
 
-1. connect and authenticate with PyMySQL (TLS when :class:`TlsOptions` are given);
+1. connect and authenticate with PyMySQL, TLS as :class:`TlsOptions` says (MySQL's
+   ``--ssl-mode``; without options ``preferred``: TLS when offered, not verified);
 2. :func:`headwater.binlog.preflight.preflight`: log_bin, binlog_format=ROW, privileges,
    start position still on the server, server_id not taken;
 3. session variables the dump thread reads (MariaDB sql/sql_repl.cc, MySQL
@@ -80,6 +81,7 @@ from headwater.position import BinlogCoordinate, MariadbGtidPos, MysqlGtidSet
 
 __all__ = [
     "PASSWORD_ENV",
+    "SSL_MODES",
     "BinlogClient",
     "ClientEvent",
     "ClientOptions",
@@ -104,6 +106,7 @@ ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 ER_QUERY_INTERRUPTED = 1317
 ER_CONNECTION_KILLED = 1927
 ER_SLAVE_SAME_ID = 4052  # MariaDB: a newer dump with our server_id killed this one
+CR_SSL_CONNECTION_ERROR = 2026  # client side: "SSL is required but the server doesn't..."
 _LOST = {ER_SERVER_SHUTDOWN, ER_QUERY_INTERRUPTED, ER_CONNECTION_KILLED, 2003, 2006, 2013}
 # Texts of error 1236 that mean "the start is not in the log" (MySQL sql/rpl_binlog_sender.cc,
 # MariaDB sql/sql_repl.cc).
@@ -116,32 +119,71 @@ _NOT_IN_LOG = (
 )
 
 
+#: TLS modes, weakest first, as MySQL's ``--ssl-mode`` (MySQL Reference Manual, "Command
+#: Options for Encrypted Connections"; MariaDB's client has the same checks as flags):
+#: ``disabled`` plain text; ``preferred`` TLS when the server offers it, certificate not
+#: checked (MySQL's default); ``required`` TLS or no connection, certificate not checked;
+#: ``verify_ca`` also checks the certificate against ``ca`` (the system's CAs without
+#: one); ``verify_identity`` also checks that it names the host connected to.
+SSL_MODES = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
+
+
 @dataclass(frozen=True, slots=True)
 class TlsOptions:
-    """TLS to the source, handed to PyMySQL's ``ssl`` option.
-
-    Without ``ca`` the connection is encrypted but the server certificate is not checked
-    (set ``verify_cert`` only with a ``ca``); ``verify_identity`` also checks the host name.
+    """TLS to the source: ``mode`` (one of :data:`SSL_MODES`), the CA file to verify
+    the server with, and a client certificate and key (sent under ``required`` and
+    stricter modes). ``verify_cert``/``verify_identity`` are older spellings of the
+    ``verify_ca``/``verify_identity`` modes.
     """
 
+    mode: str = "preferred"
     ca: str | None = None
     cert: str | None = None
     key: str | None = None
     verify_cert: bool = False
     verify_identity: bool = False
 
-    def pymysql_ssl(self) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "check_hostname": self.verify_identity,
-            "verify_mode": ssl.CERT_REQUIRED if self.verify_cert else ssl.CERT_NONE,
-        }
-        if self.ca:
-            params["ca"] = self.ca
+    def __post_init__(self) -> None:
+        if self.mode not in SSL_MODES:
+            raise ConfigError(
+                f"must be one of {', '.join(SSL_MODES)}, got {self.mode!r}", field="tls.mode"
+            )
+        if self.verify_identity:
+            object.__setattr__(self, "mode", "verify_identity")
+        elif self.verify_cert and SSL_MODES.index(self.mode) < SSL_MODES.index("verify_ca"):
+            object.__setattr__(self, "mode", "verify_ca")
+        if self.key and not self.cert:
+            raise ConfigError("a client key needs its certificate (tls.cert)", field="tls.key")
+
+    def connect_args(self) -> dict[str, Any]:
+        """Keyword arguments for ``pymysql.connect``. PyMySQL itself tries TLS without
+        checking anything when given no ``ssl`` (``preferred``), and insists on TLS
+        (error 2026 when the server does not offer it) when given a context."""
+        if self.mode == "disabled":
+            return {"ssl_disabled": True}
+        if self.mode == "preferred":
+            return {}
+        verify = self.mode in ("verify_ca", "verify_identity")
+        try:
+            ctx = ssl.create_default_context(cafile=self.ca if verify else None)
+        except OSError as e:  # ssl.SSLError is one too
+            raise ConfigError(f"cannot load the CA file {self.ca}: {e}", field="tls.ca") from None
+        ctx.check_hostname = self.mode == "verify_identity"
+        if not verify:
+            ctx.verify_mode = ssl.CERT_NONE
         if self.cert:
-            params["cert"] = self.cert
-            if self.key:
-                params["key"] = self.key
-        return params
+            try:
+                ctx.load_cert_chain(self.cert, self.key)
+            except OSError as e:
+                raise ConfigError(
+                    f"cannot load the client certificate {self.cert} / key {self.key}: {e}",
+                    field="tls.cert",
+                ) from None
+        return {"ssl": ctx}
+
+
+def _tls_args(tls: TlsOptions | None) -> dict[str, Any]:
+    return {} if tls is None else tls.connect_args()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -382,8 +424,8 @@ class BinlogClient:
                 write_timeout=o.connect_timeout,
                 autocommit=True,
                 charset="utf8mb4",
-                ssl=o.tls.pymysql_ssl() if o.tls is not None else None,
                 program_name="headwater",
+                **_tls_args(o.tls),
             )
         except pymysql.err.MySQLError as e:
             code = e.args[0] if e.args else 0
@@ -398,6 +440,12 @@ class BinlogClient:
                 raise SourceError(
                     f"TLS to {o.address} failed ({text}): check TlsOptions (the CA that "
                     "signed the server certificate, verify_identity against the host name)"
+                ) from None
+            if code == CR_SSL_CONNECTION_ERROR:
+                mode = "required" if o.tls is None else o.tls.mode
+                raise SourceError(
+                    f"{o.address} does not offer TLS and the TLS mode is {mode}: enable TLS "
+                    "on the server (ssl_cert, ssl_key) or lower the mode"
                 ) from None
             if code in _LOST:
                 raise ConnectionLostError(f"cannot connect to {o.address}: {text}") from None
@@ -511,7 +559,7 @@ class BinlogClient:
                 password=o.password,
                 connect_timeout=min(o.connect_timeout, 2.0),
                 read_timeout=2.0,
-                ssl=o.tls.pymysql_ssl() if o.tls is not None else None,
+                **_tls_args(o.tls),
             )
         except pymysql.err.MySQLError:
             return ConnectionLostError(message)

@@ -423,9 +423,19 @@ class RowDecoder:
 
 
 def _translate(exc: Exception) -> BinlogFormatError:
+    """A decode failure in the format's terms: Python's own texts (struct's "unpack_from
+    requires a buffer", "index out of range", codec and type errors) never reach the user."""
     if isinstance(exc, IndexError | struct.error):
-        return TruncatedError(f"row image runs past the end of the event ({exc})")
-    return BinlogFormatError(f"row value does not decode: {exc}")
+        return TruncatedError("row image runs past the end of the event")
+    if isinstance(exc, UnicodeDecodeError):
+        reason = "a code point above U+10FFFF" if "range(" in exc.reason else exc.reason
+        return BinlogFormatError(
+            f"a string value is not valid in its column's charset ({exc.encoding}): {reason}"
+        )
+    if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError):
+        # datetime/Decimal say what is out of range ("month must be in 1..12")
+        return BinlogFormatError(f"row value does not decode: {exc}")
+    return BinlogFormatError("row value does not decode: its bytes are not a value of its type")
 
 
 _DECODERS: OrderedDict[tuple[object, ...], RowDecoder] = OrderedDict()

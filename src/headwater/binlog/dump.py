@@ -27,6 +27,9 @@ GTID sets, UUIDs  their text forms
 text with bytes   ``{"undecodable_text_base64": "..."}``: a string holding bytes invalid in
 invalid in its    its charset (kept by the decoder as surrogate escapes); the value is the
 charset           string encoded as UTF-8 with ``surrogateescape``
+names (keys) with a column name that is not valid UTF-8 (an object key cannot be an
+bytes invalid     object): each undecodable byte is written ``\\xNN`` (:func:`printable_name`)
+in UTF-8
 ================  ==========================================================================
 
 The text format (without ``--json``) is one line per record: ``#offset TYPE`` and then the
@@ -70,6 +73,7 @@ __all__ = [
     "event_records",
     "format_time",
     "json_default",
+    "printable_name",
     "render_json",
     "render_text",
 ]
@@ -101,8 +105,20 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def printable_name(name: str) -> str:
+    """A name (database, table, column) as valid UTF-8 text: each byte that was not UTF-8
+    (kept by the decoder as a surrogate escape) becomes ``\\xNN``. For keys and fields
+    that must be text (JSON object keys, protobuf strings); values stay lossless."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return name
+
+
 def _escape_surrogates(value: Any) -> Any:
-    """Replace strings that hold surrogate escapes (undecodable bytes), recursively."""
+    """Replace strings that hold surrogate escapes (undecodable bytes), recursively; keys
+    become :func:`printable_name`."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -111,7 +127,10 @@ def _escape_surrogates(value: Any) -> Any:
             return {"undecodable_text_base64": base64.b64encode(raw).decode("ascii")}
         return value
     if isinstance(value, dict):
-        return {k: _escape_surrogates(v) for k, v in value.items()}
+        return {
+            printable_name(k) if isinstance(k, str) else k: _escape_surrogates(v)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [_escape_surrogates(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -132,7 +151,8 @@ def render_text(record: dict[str, Any]) -> str:
     """One record as a compact human-readable line (without the newline)."""
     parts = [f"#{record['offset']}", str(record["type"])]
     if "op" in record:
-        parts.append(f"{record['db']}.{record['table']} {record['op']}")
+        where = f"{printable_name(record['db'])}.{printable_name(record['table'])}"
+        parts.append(f"{where} {record['op']}")
         for key in ("before", "after"):
             if record[key] is not None:
                 parts.append(f"{key}={_text_value(record[key])}")
@@ -146,7 +166,8 @@ def render_text(record: dict[str, Any]) -> str:
 
 def _text_value(value: Any) -> str:
     if isinstance(value, str):
-        return value if value and " " not in value and "\n" not in value else repr(value)
+        # repr() shows a surrogate escape as '\udcNN': still one line, never an error.
+        return value if value.isprintable() and value and " " not in value else repr(value)
     return render_json(value)[:-1].decode("utf-8") if value is not None else "null"
 
 

@@ -75,6 +75,7 @@ from headwater.binlog._gtid import (
     MariadbGtidListEvent,
     PreviousGtidsEvent,
     parse_gtid,
+    parse_gtid_tagged,
     parse_mariadb_gtid,
     parse_mariadb_gtid_list,
     parse_previous_gtids,
@@ -206,6 +207,7 @@ _DISPATCH: dict[int, _Parser] = {
     _E.TABLE_MAP: _parse_table_map,
     _E.GTID: parse_gtid,
     _E.ANONYMOUS_GTID: parse_gtid,
+    _E.GTID_TAGGED: parse_gtid_tagged,
     _E.PREVIOUS_GTIDS: parse_previous_gtids,
     _E.TRANSACTION_PAYLOAD: parse_transaction_payload,
     _E.ANNOTATE_ROWS: parse_annotate_rows,
@@ -227,6 +229,21 @@ _MALFORMED = (
 )
 
 
+def _malformed_text(e: BaseException) -> str:
+    """What a :data:`_MALFORMED` failure says about the event, without Python class names."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"text that is not valid {e.encoding} at byte {e.start}"
+    if isinstance(e, zlib.error | zstandard.ZstdError):
+        return f"compressed data does not inflate ({e})"
+    if isinstance(e, RecursionError):
+        return "values nested too deeply"
+    if isinstance(e, OverflowError):
+        return "a value out of range"
+    if isinstance(e, LookupError):
+        return "a code that is not one of the format's values"
+    return str(e)
+
+
 def parse_event(raw: RawEvent, ctx: DecodeContext) -> Event:
     """Decode one framed event's body; see the module docstring for the guarantees."""
     parser = _DISPATCH.get(raw.type_code, parse_unknown)
@@ -234,13 +251,18 @@ def parse_event(raw: RawEvent, ctx: DecodeContext) -> Event:
         return parser(raw, ctx)
     except BinlogFormatError as e:
         raise e.located(source=ctx.source, offset=raw.offset, event_type=raw.type_name) from None
-    except _SHORT as e:
+    except _SHORT:
+        # The helpers' own texts (struct's "unpack_from requires a buffer of N bytes",
+        # numpy's "index out of bounds") speak of Python, not of the event: say what it is.
         raise TruncatedError(
-            f"body too short: {e}", source=ctx.source, offset=raw.offset, event_type=raw.type_name
+            f"a field runs past the end of the {len(raw.body)}-byte body",
+            source=ctx.source,
+            offset=raw.offset,
+            event_type=raw.type_name,
         ) from None
     except _MALFORMED as e:
         raise BinlogFormatError(
-            f"malformed body: {type(e).__name__}: {e}",
+            f"malformed body: {_malformed_text(e)}",
             source=ctx.source,
             offset=raw.offset,
             event_type=raw.type_name,

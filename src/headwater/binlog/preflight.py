@@ -14,6 +14,9 @@ GTID domain) and how it logs. It refuses, each time saying what to change:
   HOSTS, when the user may run it)                             -> ServerIdConflictError
 
 and warns (logging) when ``binlog_row_image`` or ``binlog_row_metadata`` is not FULL.
+:func:`heartbeat_grant_problem` checks, when a heartbeat is configured, that the user may
+write the heartbeat table (INSERT and UPDATE -- the row is upserted -- and CREATE when the
+reader creates the database and table) and names the GRANT that is missing.
 The REPLICATION SLAVE privilege is checked by the server itself when the replica
 registers (MariaDB sql/repl_failsafe.cc register_slave, MySQL sql/rpl_source.cc);
 :func:`privilege_error` words that refusal.
@@ -47,6 +50,7 @@ __all__ = [
     "StartPosition",
     "find_server_id_conflict",
     "grant_statement",
+    "heartbeat_grant_problem",
     "preflight",
     "privilege_error",
     "purged_error",
@@ -240,6 +244,39 @@ def grant_statement(user: str, flavor: str, version: str) -> str:
     if flavor == "mariadb" and _version_tuple(version) >= (10, 5, 2):
         monitor = "BINLOG MONITOR"  # MariaDB 10.5.2 split REPLICATION CLIENT
     return f"GRANT REPLICATION SLAVE, {monitor} ON *.* TO {user}"
+
+
+def heartbeat_grant_problem(conn: Any, table: str, *, create: bool) -> str | None:
+    """None when CURRENT_USER() may write the heartbeat ``db.table``; else what is missing
+    and the GRANT to run.
+
+    Read from information_schema's USER_PRIVILEGES, SCHEMA_PRIVILEGES (whose database
+    names may be LIKE patterns, as in ``GRANT ... ON `hw%`.*``) and TABLE_PRIVILEGES, which
+    list each privilege of each account by name (MariaDB sql/sql_show.cc
+    fill_schema_user_privileges and friends). Privileges that come only through a role are
+    not seen there: a user who has them that way is warned once, needlessly.
+    """
+    db, _, name = table.partition(".")
+    needed = ["CREATE", "INSERT", "UPDATE"] if create else ["INSERT", "UPDATE"]
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        user = _quote_account(str(cur.fetchone()[0]))
+        cur.execute(
+            "SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = %s"
+            " UNION SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES"
+            " WHERE GRANTEE = %s AND %s LIKE TABLE_SCHEMA"
+            " UNION SELECT PRIVILEGE_TYPE FROM information_schema.TABLE_PRIVILEGES"
+            " WHERE GRANTEE = %s AND TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (user, user, db, user, db, name),
+        )
+        have = {str(r[0]).upper() for r in cur.fetchall()}
+    missing = [p for p in needed if p not in have]
+    if not missing:
+        return None
+    return (
+        f"{user} may not write the heartbeat table {table} (missing {', '.join(missing)}): "
+        f"run GRANT {', '.join(needed)} ON `{db}`.* TO {user}"
+    )
 
 
 def privilege_error(

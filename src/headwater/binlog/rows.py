@@ -252,9 +252,11 @@ def parse_rows_event(
         return _parse(type_code, bytes(body), table_map, table_id_size, columns)
     except BinlogFormatError as exc:
         raise exc.located(event_type=event_type_name(type_code)) from None
-    except DECODE_ERRORS as exc:
+    except DECODE_ERRORS:
         raise TruncatedError(
-            f"rows event ends early ({exc})", event_type=event_type_name(type_code)
+            f"rows event ends early: a length or count in its {len(body)}-byte body points"
+            " past the end",
+            event_type=event_type_name(type_code),
         ) from None
 
 
@@ -316,9 +318,11 @@ def count_rows(
         return decoder.count_rows(buf, pos, len(buf), first, second if kind == "update" else None)
     except BinlogFormatError as exc:
         raise exc.located(event_type=event_type_name(type_code)) from None
-    except DECODE_ERRORS as exc:
+    except DECODE_ERRORS:
         raise TruncatedError(
-            f"rows event ends early ({exc})", event_type=event_type_name(type_code)
+            f"rows event ends early: a length or count in its {len(body)}-byte body points"
+            " past the end",
+            event_type=event_type_name(type_code),
         ) from None
 
 

@@ -39,17 +39,36 @@ write ENUM/SET columns as MYSQL_TYPE_STRING), with the metadata kept as is: the 
 byte is then the pack length (1-2 for ENUM, 1-8 for SET).
 
 Optional metadata TLVs (``enum Optional_metadata_field_type``, MySQL
-``libs/mysql/binlog/event/rows_event.h``) are decoded into the typed attributes; unknown
-types are kept raw in :attr:`TableMap.unknown_metadata` and never fail the parse.
-Numeric columns for SIGNEDNESS are TINY, SHORT, INT24, LONG, LONGLONG, FLOAT, DOUBLE and
-NEWDECIMAL (MySQL ``is_numeric_type``); character columns for the charset fields are
-STRING/VARCHAR/VAR_STRING and the BLOB family (``is_character_type``), ENUM/SET columns
-get their own ``ENUM_AND_SET_*`` charset fields. MariaDB counts differently
-(``mariadb=True``): every ``Field_num`` has a signedness bit, which adds YEAR and the old
-DECIMAL (``Table_map_log_event::init_signedness_field`` tests
+``libs/mysql/binlog/event/rows_event.h``; written by ``Table_map_log_event::init_*_field`` in
+MySQL ``sql/log_event.cc``) are decoded into the typed attributes; unknown types are kept
+raw in :attr:`TableMap.unknown_metadata` and never fail the parse. Which columns each field
+counts (types as they stand in :attr:`TableMap.column_types`, i.e. ENUM/SET resolved):
+
+=============================  ==========================================================
+SIGNEDNESS                     one bit (MSB first) per numeric column: TINY, SHORT, INT24,
+                               LONG, LONGLONG, FLOAT, DOUBLE, NEWDECIMAL (``is_numeric_type``)
+DEFAULT_CHARSET,               one entry per character column: STRING, VAR_STRING,
+COLUMN_CHARSET                 VARCHAR, the BLOB family and, MySQL 9.0+, VECTOR
+                               (``is_character_type`` lists MYSQL_TYPE_VECTOR; a VECTOR's
+                               collation is binary, 63); DEFAULT_CHARSET's exceptions are
+                               indexed among these columns only
+COLUMN_NAME                    every column
+SET_STR_VALUE / ENUM_STR_VALUE one list per SET / ENUM column
+GEOMETRY_TYPE                  one entry per GEOMETRY column
+SIMPLE_PRIMARY_KEY,            column indexes (and prefix lengths) over all columns
+PRIMARY_KEY_WITH_PREFIX
+ENUM_AND_SET_DEFAULT_CHARSET,  one entry per ENUM or SET column
+ENUM_AND_SET_COLUMN_CHARSET
+COLUMN_VISIBILITY              one bit (MSB first) per column (MySQL 8.0.23+)
+VECTOR_DIMENSIONALITY          one entry per VECTOR column (MySQL 9.0+,
+                               ``init_vector_dimensionality_field``)
+=============================  ==========================================================
+
+MariaDB counts differently (``mariadb=True``): every ``Field_num`` has a signedness bit,
+which adds YEAR and the old DECIMAL (``Table_map_log_event::init_signedness_field`` tests
 ``Binlog_type_info::m_signedness``, and ``Field_year`` derives from ``Field_tiny``,
-``sql/field.h``), and GEOMETRY (a ``Field_blob``) is a character column
-(``is_character_type`` in ``sql/log_event_client.cc``).
+``sql/field.h``), GEOMETRY (a ``Field_blob``) is a character column (``is_character_type``
+in ``sql/log_event_client.cc``), and it has no VECTOR type code.
 
 Invariants: every tuple indexed by column has exactly ``column_count`` entries; ``None``
 means "not in the event" (MINIMAL metadata), never "empty".
@@ -102,8 +121,7 @@ class OptionalMetadataType:
 NUMERIC_TYPES = frozenset(
     {_T.TINY, _T.SHORT, _T.INT24, _T.LONG, _T.LONGLONG, _T.FLOAT, _T.DOUBLE, _T.NEWDECIMAL}
 )
-#: Columns with an entry in DEFAULT_CHARSET / COLUMN_CHARSET (``is_character_type``).
-CHARACTER_TYPES = frozenset(
+_TEXT_TYPES = frozenset(
     {
         _T.STRING,
         _T.VAR_STRING,
@@ -114,9 +132,13 @@ CHARACTER_TYPES = frozenset(
         _T.LONG_BLOB,
     }
 )
+#: Columns with an entry in DEFAULT_CHARSET / COLUMN_CHARSET (MySQL ``is_character_type``,
+#: which lists VECTOR since 9.0: a column after a VECTOR takes the next entry, not the
+#: VECTOR's).
+CHARACTER_TYPES = _TEXT_TYPES | {_T.VECTOR}
 #: MariaDB's sets (see the module docstring).
 NUMERIC_TYPES_MARIADB = NUMERIC_TYPES | {_T.YEAR, _T.DECIMAL}
-CHARACTER_TYPES_MARIADB = CHARACTER_TYPES | {_T.GEOMETRY}
+CHARACTER_TYPES_MARIADB = _TEXT_TYPES | {_T.GEOMETRY}
 _ENUM_SET = frozenset({_T.ENUM, _T.SET})
 _ONE_BYTE_META = frozenset(
     {
@@ -245,8 +267,13 @@ def parse_table_map(
     end = len(buf)
     try:
         return _parse(buf, end, table_id_size, mariadb)
-    except (IndexError, struct.error, ValueError) as exc:  # a length pointing past the end
-        raise TruncatedError(f"TABLE_MAP ends early: {exc}", event_type="TABLE_MAP") from None
+    except (IndexError, struct.error, ValueError):  # a length pointing past the end
+        # The helpers' texts (memoryview's "index out of bounds on dimension 1", struct's
+        # "unpack_from requires a buffer") speak of Python: say what is wrong with the event.
+        raise TruncatedError(
+            f"TABLE_MAP ends early: a length or count in its {end}-byte body points past the end",
+            event_type="TABLE_MAP",
+        ) from None
     except BinlogFormatError as exc:
         raise exc.located(event_type="TABLE_MAP") from None
 
@@ -313,6 +340,12 @@ def _parse(buf: memoryview, end: int, table_id_size: int, mariadb: bool) -> Tabl
             raise TruncatedError(f"optional metadata field {kind} runs past the end")
         opt.add(kind, buf[pos : pos + length])
         pos += length
+    if opt.names is not None and len(opt.names) != ncols:
+        # Table_map_log_event::init_column_name_field (MySQL sql/log_event.cc) writes one
+        # name per column; a count that differs would pair values with the wrong names.
+        raise BinlogFormatError(
+            f"COLUMN_NAME metadata names {len(opt.names)} columns, the TABLE_MAP has {ncols}"
+        )
     return TableMap(
         table_id=table_id,
         flags=flags,

@@ -6,8 +6,10 @@ new command plugs in by adding one function. :func:`main` maps outcomes to exit 
 
 * 0: success
 * 2: a headwater error (bad input file, server refused, ...) or an unreadable file, shown
-  as one ``headwater: error: ...`` line on stderr with no traceback; usage errors
-  (argparse) also exit 2
+  as one ``headwater: error: ...`` line on stderr with no traceback (the traceback too
+  with ``--log-level debug``); an error that Spark wraps (raised on an executor) the same
+  way, by the headwater error inside it (:mod:`headwater.pipeline.failures`); usage
+  errors (argparse) also exit 2
 * 130: interrupted (Ctrl-C)
 
 Passwords are never printed: not in errors, not in ``--help`` defaults.
@@ -38,6 +40,8 @@ commands:
   snapshot               snapshot tables into a pipeline's sinks, consistent with the log
   binlog dump            print binlog events, from files or a live server
   verify                 compare source and target tables; print differing keys
+  replay                 rebuild tables as of a point of the change log (to Parquet)
+  logs preview           run a log source's rule-operator groups on sample lines
   demo                   the whole job on throwaway servers, verified (make demo)
 run 'headwater COMMAND --help' for each.
 
@@ -149,6 +153,24 @@ def _register_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     register(sub)
 
 
+def _register_consume(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from headwater.cli.consume import register
+
+    register(sub)
+
+
+def _register_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from headwater.cli.replay import register
+
+    register(sub)
+
+
+def _register_logs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from headwater.cli.logs import register
+
+    register(sub)
+
+
 def _register_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from headwater.cli.demo import register
 
@@ -161,6 +183,9 @@ _COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentPars
     _register_pipeline,
     _register_snapshot,
     _register_verify,
+    _register_consume,
+    _register_replay,
+    _register_logs,
     _register_demo,
 ]
 
@@ -261,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as e:
         parser.exit(EXIT_ERROR, f"headwater: error: {e}\n")
     except HeadwaterError as e:
-        _error(str(e))
+        _debug_trace(args)
+        _error(_one_line(str(e)))
     except OSError as e:
         if isinstance(e, BrokenPipeError):
             # The reader went away (| head): not an error. Keep Python from complaining
@@ -273,7 +299,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(f"{where}{e.strerror or e}")
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except Exception as e:
+        # Spark's wrappers of an executor's error (a snapshot's collect(), a query):
+        # one line like every other error; the trace at --log-level debug only.
+        from headwater.pipeline.failures import is_spark_error, spark_failure
+
+        if not is_spark_error(e):
+            raise
+        _debug_trace(args)
+        _error(spark_failure(e))
     return EXIT_ERROR
+
+
+def _debug_trace(args: argparse.Namespace) -> None:
+    """The traceback of the error being handled, for commands run with --log-level debug."""
+    if getattr(args, "log_level", None) == "debug":
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+
+
+def _one_line(message: str) -> str:
+    # A SinkError's statement may span lines: the error stays one line.
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
 def _error(message: str) -> None:

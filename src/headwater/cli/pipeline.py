@@ -1,6 +1,6 @@
 """``headwater pipeline run --config FILE [--master URL] [--available-now]``.
 
-Runs one Spark pipeline (:mod:`headwater.spark.runner`) in the foreground: local Spark by
+Runs one Spark pipeline (:mod:`headwater.pipeline.runner`) in the foreground: local Spark by
 default (the configuration's ``spark.master``, else ``local[2]``), ``--master`` for a
 cluster. A progress line goes to stderr every ``progress`` seconds. ``SIGTERM`` or
 ``SIGINT`` stops the query after the running micro-batch and exits 0; a restart resumes
@@ -59,8 +59,8 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    from headwater.spark.pipeline_config import load_pipeline_config
-    from headwater.spark.runner import PipelineRunner
+    from headwater.pipeline.config import load_pipeline_config
+    from headwater.pipeline.runner import PipelineRunner
 
     config = load_pipeline_config(args.config)
     logging.basicConfig(
@@ -68,8 +68,14 @@ def _run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.log_level != "debug":
+        # py4j logs a foreachBatch error with its whole traceback; the command's one
+        # headwater: error: line says it (the trace: --log-level debug)
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
     if stop.is_set():
         return 0
     runner = PipelineRunner(config, master=args.master)
-    runner.spark.sparkContext.setLogLevel("ERROR")
+    from headwater.spark.session import spark_log_level
+
+    runner.spark.sparkContext.setLogLevel(spark_log_level(args.log_level))
     return runner.run(available_now=args.available_now, stop=stop)

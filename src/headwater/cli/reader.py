@@ -36,12 +36,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         choices=("debug", "info", "warning", "error"),
         help="logging level (default info)",
     )
+    run.add_argument(
+        "--zookeeper",
+        metavar="HOSTS",
+        help="run as a member of a reader cluster (host:port,...): one leader per task "
+        "captures, the others follow its change log and take over (docs/operations.md)",
+    )
+    run.add_argument("--member", help="this member's name in the cluster (default: its URL)")
+    run.add_argument(
+        "--advertise", metavar="URL", help="the URL other members and consumers reach it at"
+    )
     run.set_defaults(handler=_run)
     status = actions.add_parser(
         "status", help="show each task's persisted position, GTID set, change id and state"
     )
     status.add_argument("--config", required=True, metavar="FILE", help="reader YAML configuration")
     status.add_argument("--json", action="store_true", help="print one JSON document")
+    status.add_argument(
+        "--zookeeper", metavar="HOSTS", help="also show each task's cluster: leader, epoch, members"
+    )
     status.set_defaults(handler=_status)
 
 
@@ -55,7 +68,10 @@ def _run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return ReaderService(config).run()
+    service = ReaderService(
+        config, zookeeper=args.zookeeper, member=args.member, advertise=args.advertise
+    )
+    return service.run()
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -64,12 +80,33 @@ def _status(args: argparse.Namespace) -> int:
 
     config = load_reader_config(args.config)
     tasks = [{"name": s.name, **read_task_status(config.task_dir(s.name))} for s in config.sources]
+    if args.zookeeper:
+        from headwater.coordination.leadership import cluster_view
+        from headwater.coordination.zk import connect
+
+        zk = connect(args.zookeeper)
+        try:
+            for t in tasks:
+                t["cluster"] = cluster_view(zk, t["name"])
+        finally:
+            zk.stop()
+            zk.close()
     if args.json:
         print(json.dumps({"tasks": tasks}, indent=2, sort_keys=True))
         return 0
     for t in tasks:
         print(_line(t))
+        if t.get("cluster"):
+            print(_cluster_lines(t["cluster"]))
     return 0
+
+
+def _cluster_lines(c: dict[str, Any]) -> str:
+    lines = [f"  cluster: leader={c['leader'] or '-'} epoch={c['epoch'] or '-'}"]
+    for name, m in c["members"].items():
+        lag = "-" if m.get("lag") is None else m["lag"]
+        lines.append(f"    {name}: {m.get('role')} seq={m.get('seq')} lag={lag} url={m.get('url')}")
+    return "\n".join(lines)
 
 
 def _line(t: dict[str, Any]) -> str:

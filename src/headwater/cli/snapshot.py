@@ -31,6 +31,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from headwater.connections import SourceConnection
+
 __all__ = ["register"]
 
 
@@ -70,14 +72,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     snap.set_defaults(handler=_run)
 
 
-def _connection(args: argparse.Namespace) -> object:
+def _connection(args: argparse.Namespace) -> SourceConnection:
     from headwater.errors import ConfigError
-    from headwater.sinks.base import ConnectionOptions
 
     url = urlsplit(args.source)
     if url.scheme not in ("mysql", "mariadb") or not url.hostname:
         raise ConfigError(f"expected mysql://USER@HOST:PORT, got {args.source!r}", field="--source")
-    return ConnectionOptions(
+    return SourceConnection(
         host=url.hostname,
         port=url.port or 3306,
         user=url.username or "root",
@@ -92,18 +93,22 @@ def _connection(args: argparse.Namespace) -> object:
 
 def _run(args: argparse.Namespace) -> int:
     from headwater.errors import ConfigError
-    from headwater.snapshot.run import plan_snapshot, run_snapshot, stored_position, stream_config
-    from headwater.snapshot.spark import SnapshotOptions
-    from headwater.spark.pipeline_config import load_pipeline_config
-    from headwater.spark.runner import PIPELINE_SPARK_CONF, PipelineRunner
-    from headwater.spark.session import build_session
+    from headwater.pipeline.config import load_pipeline_config
+    from headwater.pipeline.runner import PIPELINE_SPARK_CONF, PipelineRunner
+    from headwater.pipeline.snapshots import run_snapshot, stream_config
+    from headwater.snapshot.modes import plan_snapshot, stored_position
+    from headwater.snapshot.runner import SnapshotOptions
+    from headwater.spark.session import build_session, spark_log_level
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # (py4j logs an executor error's whole trace; the one error line says it)
+    logging.getLogger("py4j").setLevel(
+        logging.WARNING if args.log_level == "debug" else logging.CRITICAL
+    )
     config = load_pipeline_config(args.config)
     if args.signal:
         from headwater.snapshot.signals import SIGNAL_TABLE, send_signal
@@ -135,11 +140,14 @@ def _run(args: argparse.Namespace) -> int:
         f"headwater-snapshot-{config.name}",
         conf={**PIPELINE_SPARK_CONF, **dict(config.spark_conf)},
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(spark_log_level(args.log_level))
+    from headwater.pipeline.sharedpaths import check_shared
+
+    check_shared(spark, config)  # on a cluster: file sinks' paths are shared (cluster.md)
     run_config = config
     if plan_snapshot(args.mode, checkpoint=config.checkpoint, task_dir=task_dir):
         result = run_snapshot(
-            spark, config, connection=_connection(args),  # type: ignore[arg-type]
+            spark, config, connection=_connection(args),
             tables=args.tables, state_path=args.state, options=options,
         )  # fmt: skip
         sys.stdout.write(

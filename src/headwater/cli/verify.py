@@ -11,16 +11,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, TextIO
 
-if TYPE_CHECKING:
-    from headwater.verify import VerifyReport
-
-__all__ = ["EXIT_DIFFERENT", "print_report", "register"]
+__all__ = ["EXIT_DIFFERENT", "register"]
 
 EXIT_DIFFERENT = 1
-
-_LABELS = {"missing": "missing in target", "extra": "extra in target", "different": "different"}
 
 _EPILOG = """\
 passwords: never in the URL; --source-password-file / --target-password-file (first line),
@@ -87,6 +81,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run(args: argparse.Namespace) -> int:
     from headwater.errors import ConfigError
     from headwater.verify import VerifyOptions, parse_endpoint, verify
+    from headwater.verify.report import print_report
 
     source = parse_endpoint(args.source, role="source", password_file=args.source_password_file)
     target = parse_endpoint(args.target, role="target", password_file=args.target_password_file)
@@ -101,23 +96,3 @@ def _run(args: argparse.Namespace) -> int:
     report = verify(source, target, options)
     print_report(report, sys.stdout, max_keys=args.max_keys)
     return EXIT_DIFFERENT if report.mismatches else 0
-
-
-def print_report(
-    report: VerifyReport, out: TextIO, *, max_keys: int = 100, prefix: str = "verify"
-) -> None:
-    """Write the per-table lines, the differing keys and the summary line to ``out``."""
-    for t in report.tables:
-        state = "equal" if not t.mismatches else f"{t.mismatches} mismatches"
-        if t.problem:
-            state = f"{t.problem} ({state})"
-        out.write(f"{t.source} -> {t.target}: rows={t.rows} chunks={t.chunks} {state}\n")
-        for d in t.differences[:max_keys]:
-            cols = f" ({', '.join(d.columns)})" if d.columns else ""
-            out.write(f"  {_LABELS[d.kind]}: {t.key_text(d.key)}{cols}\n")
-        if len(t.differences) > max_keys:
-            out.write(f"  ... and {len(t.differences) - max_keys} more\n")
-    out.write(
-        f"{prefix} tables={len(report.tables)} rows={report.rows} mismatches={report.mismatches}\n"
-    )
-    out.flush()

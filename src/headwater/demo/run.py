@@ -140,10 +140,10 @@ class _Demo:
         return bool(task.state == "running")
 
     def _pipeline(self, task: Any) -> int:
-        from headwater.sinks import ConnectionOptions
-        from headwater.snapshot import run_snapshot, stream_config
-        from headwater.spark.pipeline_config import load_pipeline_config
-        from headwater.spark.runner import PIPELINE_SPARK_CONF, PipelineRunner
+        from headwater.connections import SourceConnection
+        from headwater.pipeline.config import load_pipeline_config
+        from headwater.pipeline.runner import PIPELINE_SPARK_CONF, PipelineRunner
+        from headwater.pipeline.snapshots import run_snapshot, stream_config
         from headwater.spark.session import build_session
 
         changelog = self.dir / "out" / "changelog"
@@ -170,7 +170,7 @@ class _Demo:
             snap = run_snapshot(
                 spark,
                 config,
-                connection=ConnectionOptions(
+                connection=SourceConnection(
                     host=self.source.host, port=self.source.port, user="root"
                 ),
                 tables=[f"{DATABASE}.{t}" for t in TABLES],
@@ -232,8 +232,8 @@ class _Demo:
         stats: dict[str, Any],
         changelog: Path,
     ) -> int:
-        from headwater.cli.verify import print_report
         from headwater.verify import VerifyOptions, parse_endpoint, verify
+        from headwater.verify.report import print_report
 
         if self.o.alter_target:
             self.target.execute(*self.o.alter_target, database=DATABASE)

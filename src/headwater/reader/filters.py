@@ -5,7 +5,9 @@ decoded to decide). Patterns are anchored regular expressions in Canal's syntax
 (``shop\\..*``, ``.*\\.tmp_.*``): each must match the whole name. A table is kept when it
 matches an ``include`` pattern (or there are none) and no ``exclude`` pattern. Event types:
 ``insert``/``update``/``delete`` keep or drop rows events by kind (from the type code alone);
-``ddl`` keeps or drops DDL statements.
+``ddl`` keeps or drops DDL statements. A DDL statement is kept when one of the objects it
+touches is (``headwater.schema.ddlscope``: a database is matched as ``db.*``); one with no
+data object (accounts, privileges, servers...) only when no table is filtered.
 
 Invariant: a decision is a pure function of the name, so it is cached per name forever.
 """
@@ -16,6 +18,7 @@ import re
 
 from headwater.binlog.constants import EventType
 from headwater.config import EVENT_KINDS, FilterConfig
+from headwater.schema.ddlscope import DdlScope
 
 __all__ = ["ROWS_KIND", "TableFilter"]
 
@@ -77,3 +80,9 @@ class TableFilter:
                 self._cache.clear()
             self._cache[key] = hit
         return hit
+
+    def wants_ddl(self, scope: DdlScope) -> bool:
+        """Whether a DDL statement of this scope is kept (``ddl`` events aside)."""
+        if not scope.objects:
+            return self._include is None and self._exclude is None
+        return any(self.wants(db, "*" if table is None else table) for db, table in scope.objects)

@@ -34,6 +34,12 @@ Record invariants (``headwater.changes`` describes the payload):
 * filtered tables cost no decoding: their TABLE_MAP and rows events are dropped on the
   table id; a transaction left without rows events or DDL is not stored, but it is still
   reported (``Committed.stored`` False) so the resume position advances past it;
+* DDL (``headwater.reader.ddl_records``): each statement is classified into the tables and
+  databases it touches, which join ``tables`` with 0 rows (``db.table``, ``db.*`` for a
+  database, ``!kind`` alone for a statement not about data: docs/formats.md), so table
+  filters apply to DDL as to rows; the reader's filters keep it when one of its objects is
+  kept (a statement not about data only when the reader filters no table); a statement
+  carrying a credential is stored -- and shown to the schema history -- redacted;
 * memory is bounded by ``chunk_bytes`` (plus one event) whatever the transaction's size:
   a chunk is appended as soon as it is full and dropped from here.
 
@@ -60,6 +66,7 @@ from headwater.changes import is_ddl
 from headwater.errors import BinlogFormatError
 from headwater.position import MariadbGtid, MysqlGtid, Position, binlog_file_number
 from headwater.reader.committed import Committed
+from headwater.reader.ddl_records import prepare_ddl
 from headwater.reader.filters import ROWS_KIND, TableFilter
 from headwater.reader.native import NativeIngest, native_ingest
 from headwater.reader.tablemaps import RowCounter, table_names
@@ -459,6 +466,7 @@ class Grouper:
         )
 
     def _query(self, raw: RawEvent, next_file: str, next_offset: int) -> Committed | None:
+        tc = raw.type_code
         q = parse_event(raw, self.ctx)
         assert isinstance(q, QueryEvent)
         head = q.query_bytes.lstrip()[:16].upper()
@@ -470,12 +478,20 @@ class Grouper:
             self._add(raw.data)
             return self._commit(raw, next_file, next_offset)
         if is_ddl(q):
-            if self.on_ddl is not None:
-                self.schema_version = self.on_ddl(q, self._pos)
-            if self.filter.keep_ddl:
+            # Classified, and redacted when it carries a credential, before anything --
+            # the schema history included -- sees it (headwater.reader.ddl_records).
+            ddl = prepare_ddl(q, raw.data, tc, self.ctx.post_header_length(tc))
+            scope = ddl.scope
+            if scope.about_data and self.on_ddl is not None:
+                self.schema_version = self.on_ddl(ddl.query, self._pos)
+            if self.filter.keep_ddl and self.filter.wants_ddl(scope):
                 self._content = True
                 self._ddl = True
-            self._add(raw.data)
+                tables = self._tables
+                for name in scope.names():
+                    if name not in tables:
+                        tables[name] = 0
+                self._add(ddl.data)
             if self._standalone or expect_begin or not self._gtid:
                 # A statement of its own: MariaDB's standalone GTID, MySQL's GTID not
                 # followed by BEGIN, or a DDL outside any transaction.

@@ -26,6 +26,7 @@ from typing import Any
 from headwater.binlog.constants import EVENT_HEADER
 from headwater.binlog.events import DecodeContext, RowsEvent, parse_event
 from headwater.binlog.framing import FormatDescription, RawEvent
+from headwater.binlog.preflight import heartbeat_grant_problem
 from headwater.config import HeartbeatConfig, HostConfig, SourceConfig
 from headwater.reader.source import connect
 
@@ -79,6 +80,8 @@ class HeartbeatWriter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: Any = None
+        self._checked: set[HostConfig] = set()
+        self._warned: str | None = None  # the failure last logged (None: writes succeed)
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -110,6 +113,7 @@ class HeartbeatWriter:
             try:
                 if self._conn is None:
                     self._conn = connect(self.source, self.host)
+                    self._check_grants(self._conn)
                 with self._conn.cursor() as cur:
                     if not created:
                         cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
@@ -120,12 +124,28 @@ class HeartbeatWriter:
                         created = True
                     cur.execute(sql, (self.row_id,))
                 self.written += 1
+                self._warned = None
             except Exception as e:  # never fatal: logged, counted, retried
                 self.errors += 1
-                self.last_error = f"{type(e).__name__}: {e}"
-                log.warning("%s: heartbeat write failed: %s", self.source.name, self.last_error)
+                error = f"{type(e).__name__}: {e}"
+                if error != self._warned:  # once per distinct error, not every interval
+                    log.warning("%s: heartbeat write failed: %s", self.source.name, error)
+                self.last_error = self._warned = error
                 self._close()
             self._stop.wait(max(0.0, self.config.interval - (time.monotonic() - started)))
+
+    def _check_grants(self, conn: Any) -> None:
+        """Warn once per host when the user may not write the heartbeat table."""
+        if self.host in self._checked:
+            return
+        self._checked.add(self.host)
+        try:
+            problem = heartbeat_grant_problem(conn, self.config.table, create=self.config.create)
+        except Exception as e:  # a check that fails must not stop the heartbeat
+            log.debug("%s: heartbeat grants not checked: %s", self.source.name, e)
+            return
+        if problem is not None:
+            log.warning("%s: %s", self.source.name, problem)
 
     def point_at(self, host: HostConfig) -> None:
         """Write to ``host`` from now on (the task failed over)."""

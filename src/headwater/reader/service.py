@@ -19,6 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from headwater.config import ReaderConfig
+from headwater.errors import ConfigError
 from headwater.reader.serving import close_handles, start_server
 from headwater.reader.task import ReaderTask
 
@@ -33,8 +34,19 @@ log = logging.getLogger(__name__)
 class ReaderService:
     """Runs the tasks of ``config``: ``start`` then ``wait``/``stop``, or ``run``."""
 
-    def __init__(self, config: ReaderConfig) -> None:
+    def __init__(
+        self,
+        config: ReaderConfig,
+        *,
+        zookeeper: str | None = None,
+        member: str | None = None,
+        advertise: str | None = None,
+    ) -> None:
         self.config = config
+        # cluster mode (reader/cluster.py): each task follows or leads through ZooKeeper
+        self.zookeeper, self.member, self.advertise = zookeeper, member, advertise
+        self._zk: Any = None
+        self.members: dict[str, Any] = {}
         self.tasks: dict[str, ReaderTask] = {
             s.name: ReaderTask(s, config.task_dir(s.name)) for s in config.sources
         }
@@ -47,10 +59,37 @@ class ReaderService:
         """Serve the HTTP API (when configured), then open every task and start its
         thread (a task that cannot open is failed, and its stored changes still served)."""
         self.server = start_server(self.config, self.tasks)
+        if self.zookeeper is not None:
+            self._start_cluster()
+            return
         for name, task in self.tasks.items():
             thread = threading.Thread(target=self._run_task, args=(task,), name=f"reader-{name}")
             self._threads[name] = thread
             thread.start()
+
+    def _start_cluster(self) -> None:
+        from headwater.coordination.zk import connect
+        from headwater.reader.cluster import ClusterMember
+
+        if self.server is None and self.advertise is None:
+            raise ConfigError("a reader cluster member needs a server section (its HTTP API)")
+        url = self.advertise or (self.server.url if self.server is not None else "")
+        member = self.member or url.split("//", 1)[-1].replace("/", "_")
+        self._zk = connect(self.zookeeper or "")
+        token = None if self.config.server is None else self.config.server.token
+        for name, task in self.tasks.items():
+            m = self.members[name] = ClusterMember(task, self._zk, member, url, token=token)
+            thread = threading.Thread(target=self._run_member, args=(m,), name=f"member-{name}")
+            self._threads[name] = thread
+            thread.start()
+
+    def _run_member(self, m: Any) -> None:
+        try:
+            m.run()
+        except Exception as e:
+            m.task.state = "failed"
+            m.task.error = f"{type(e).__name__}: {e}"
+            log.exception("%s: cluster member failed", m.task.name)
 
     def _run_task(self, task: ReaderTask) -> None:
         try:
@@ -65,11 +104,17 @@ class ReaderService:
     def stop(self, timeout: float = 60.0) -> None:
         """Stop every task (flush, persist) and close them."""
         self._stopping.set()
+        for m in self.members.values():
+            m.stop()
         for task in self.tasks.values():
             task.request_stop()
         deadline = time.monotonic() + timeout
         for thread in self._threads.values():
             thread.join(max(0.0, deadline - time.monotonic()))
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+            self._zk = None
         if self.server is not None:
             close_handles(self.server)
             self.server = None

@@ -19,11 +19,13 @@ logged.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headwater.binlog.codec import ColumnDef
@@ -52,6 +54,11 @@ class TaskSchema:
 
     def __init__(self, task: ReaderTask) -> None:
         self._task = task
+
+    @property
+    def path(self) -> Path:
+        """The history's file: ``/v1/decoding`` serves it and fetch workers read it."""
+        return self._task.dir / "schema.jsonl"
 
     def _history(self) -> Any:
         link = self._task.schema
@@ -121,7 +128,18 @@ def start_server(config: ReaderConfig, tasks: dict[str, ReaderTask]) -> Headwate
         max_bytes=sc.max_bytes,
         default_bytes=min(1 << 20, sc.max_bytes),
         max_wait_s=sc.max_wait_s,
+        max_connections=sc.max_connections,
+        idle_timeout_s=sc.idle_timeout_s,
+        header_timeout_s=sc.header_timeout_s,
+        backlog=sc.backlog,
+        fetch_workers=sc.fetch_workers,
     )
+    if sc.token is None and not _loopback(sc.host):
+        log.warning(
+            "the HTTP API listens on %s without a token: anyone who can reach it reads every "
+            "change; set server.token_file or server.token_env",
+            sc.host,
+        )
     handles = {name: LiveTaskHandle.of(task) for name, task in tasks.items()}
     server = HeadwaterServer(handles, options).start()
     config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -129,6 +147,17 @@ def start_server(config: ReaderConfig, tasks: dict[str, ReaderTask]) -> Headwate
     atomic_write(str(config.data_dir / SERVER_FILE), json.dumps(info).encode())
     log.info("HTTP API on %s (%s)", server.url, "bearer token" if sc.token else "no auth")
     return server
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` is only reachable from this machine (``0.0.0.0``, ``::`` and
+    names other than ``localhost`` are not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def close_handles(server: HeadwaterServer) -> None:

@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import random
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
 import pymysql
 
-from headwater.binlog.client import BinlogClient, ClientOptions
+from headwater.binlog.client import CR_SSL_CONNECTION_ERROR, BinlogClient, ClientOptions, TlsOptions
 from headwater.binlog.constants import EventType
 from headwater.binlog.preflight import SourceInfo, preflight
 from headwater.config import BackoffConfig, HostConfig, SourceConfig
 from headwater.errors import AuthenticationError, ConnectionLostError, SourceError
 from headwater.position import BinlogCoordinate
 
-__all__ = ["backoff_delays", "connect", "file_at_time", "probe"]
+__all__ = ["backoff_delays", "connect", "file_at_time", "probe", "tls_options"]
 
 ER_ACCESS_DENIED = 1045
 
@@ -46,16 +47,34 @@ def connect(source: SourceConfig, host: HostConfig, timeout: float = 5.0) -> Any
             autocommit=True,
             charset="utf8mb4",
             init_command="SET time_zone = '+00:00'",
+            **tls_options(source).connect_args(),
         )
     except pymysql.err.MySQLError as e:
         code = e.args[0] if e.args else 0
         text = str(e.args[1]) if len(e.args) > 1 else type(e).__name__
+        if code == CR_SSL_CONNECTION_ERROR or isinstance(
+            getattr(e, "original_exception", None), ssl.SSLError
+        ):
+            raise SourceError(
+                f"TLS to {host} failed ({text}); the source's tls.mode is {source.tls.mode}"
+            ) from None
         if code == ER_ACCESS_DENIED:
             raise AuthenticationError(
                 f"{host} refused user {source.user!r} ({text}): check the user name and the "
                 f"password of source {source.name!r} (password, password_file or password_env)"
             ) from None
         raise ConnectionLostError(f"cannot connect to {host}: {code} {text}") from None
+
+
+def tls_options(source: SourceConfig) -> TlsOptions:
+    """The client's TLS options from the source's ``tls`` section."""
+    t = source.tls
+    return TlsOptions(
+        mode=t.mode,
+        ca=None if t.ca is None else str(t.ca),
+        cert=None if t.cert is None else str(t.cert),
+        key=None if t.key is None else str(t.key),
+    )
 
 
 def probe(source: SourceConfig, host: HostConfig, replica_host: str) -> SourceInfo:
@@ -104,6 +123,7 @@ def _first_event_time(
         heartbeat_period=0,
         read_timeout=10.0,
         replica_host=replica_host,
+        tls=tls_options(source),
     )
     with BinlogClient(options) as client:
         for ev in client.events():

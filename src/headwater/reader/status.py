@@ -2,12 +2,17 @@
 (``status.json``, ``state.json``, read from any process by :func:`read_task_status`).
 
 Invariant: reading a status never changes a task; a status left ``running`` by a process
-that is gone is reported as such, not as running.
+that is gone is reported as such, not as running. Writing one never stops a task: when the
+disk is full the file is overwritten in place (:func:`write_status_file`), so it says
+``backoff`` and why rather than the last state that fitted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -15,11 +20,21 @@ from typing import TYPE_CHECKING, Any
 
 from headwater.errors import StoreError
 from headwater.store import ChangeLog, ReaderState
+from headwater.store._fs import TMP_SUFFIX, atomic_write
 
 if TYPE_CHECKING:
     from headwater.reader.task import ReaderTask
 
-__all__ = ["FDE_FILE", "STATE_FILE", "STATUS_FILE", "read_task_status", "task_status"]
+__all__ = [
+    "FDE_FILE",
+    "STATE_FILE",
+    "STATUS_FILE",
+    "read_task_status",
+    "task_status",
+    "write_status_file",
+]
+
+log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 STATUS_FILE = "status.json"
@@ -56,6 +71,7 @@ def task_status(task: ReaderTask) -> dict[str, Any]:
         "gtid_set": "" if task.gtid_set is None else str(task.gtid_set),
         "commit_ts_us": task.ts_us,
         "lag_s": task.lag_s,
+        "cluster": dict(task.cluster) or None,  # role, epoch, leader, lag_records (HA)
         "events_in": task.events_in,
         "bytes_in": task.bytes_in + (0 if client is None else client.bytes_received),
         "transactions_stored": task.transactions_stored,
@@ -66,6 +82,34 @@ def task_status(task: ReaderTask) -> dict[str, Any]:
         "heartbeat_errors": 0 if hb is None else hb.errors,
         "retention": retention,
     }
+
+
+def write_status_file(task_dir: Path, status: dict[str, Any]) -> None:
+    """Write ``status.json``: atomically (temp file, rename) when the disk allows. With
+    the disk full (ENOSPC, EDQUOT) the temp file cannot be written, so the existing file
+    is overwritten in place, padded with spaces to its old length: rewriting blocks a
+    file already has needs no new ones, so the status still says ``backoff`` and why.
+    Raises OSError when neither works (the caller logs it; a status never stops a task)."""
+    path = task_dir / STATUS_FILE
+    data = json.dumps(status).encode()
+    try:
+        atomic_write(str(path), data)
+        return
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+    with contextlib.suppress(OSError):
+        os.unlink(str(path) + TMP_SUFFIX)  # the torn temp file holds space
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        old = os.fstat(fd).st_size
+        body = data + b" " * max(0, old - len(data))
+        view = memoryview(body)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.ftruncate(fd, len(body))
+    finally:
+        os.close(fd)
 
 
 def read_task_status(task_dir: Path) -> dict[str, Any]:

@@ -12,8 +12,11 @@ Resume without loss or duplicates. Positions are taken only at transaction bound
 ``ReaderState.position`` is the start of the last transaction *processed* (stored, or
 dropped whole by the filters) and ``gtid_set`` covers every processed transaction; the state
 is written only after the store has acknowledged every record up to ``ReaderState.seq``, so
-it may lag the store (after a crash) but never lead it. On start the task reconciles: it
-reads the records after ``seq`` and advances position and GTID set over them. Then:
+it may lag the store (after a crash); it may also lead it when the log lost its tail
+(``durability: none`` and a power cut). On start the task reconciles the two in both
+directions, the log being the truth, and then decides where to read from; both steps are
+pure functions of reader/start.py (their rules are there), the task only feeds them and
+applies the result. In short:
 
 * same server as before (identity: MySQL server_uuid, MariaDB server_id + domain): dump
   from the file and offset of the last processed transaction and skip that transaction
@@ -36,10 +39,12 @@ conflict) stop the task in state ``failed`` with the error, leaving its store re
 
 from __future__ import annotations
 
-import json
+import contextlib
+import errno
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +52,7 @@ from headwater.binlog.client import BinlogClient, ClientOptions
 from headwater.binlog.constants import CHECKSUM_ALG_CRC32, EventType
 from headwater.binlog.events import QueryEvent
 from headwater.binlog.framing import DumpSplitter, FormatDescription
+from headwater.binlog.preflight import SourceInfo, StartPosition
 from headwater.config import HostConfig, SourceConfig
 from headwater.errors import (
     AuthenticationError,
@@ -72,10 +78,17 @@ from headwater.reader.filters import TableFilter
 from headwater.reader.grouping import Grouper
 from headwater.reader.heartbeat import HeartbeatWriter, heartbeat_times
 from headwater.reader.schema_link import SchemaLink
-from headwater.reader.source import backoff_delays, probe
-from headwater.reader.start import choose_start, start_position
-from headwater.reader.status import FDE_FILE, STATE_FILE, STATUS_FILE, read_task_status, task_status
-from headwater.store import AtSeq, ChangeIdInfo, ChangeLog, Durability, ReaderState, StoreOptions
+from headwater.reader.source import backoff_delays, file_at_time, probe, tls_options
+from headwater.reader.start import LostRange, choose_start, layout_of, read_log_end, reconcile
+from headwater.reader.status import (
+    FDE_FILE,
+    STATE_FILE,
+    STATUS_FILE,
+    read_task_status,
+    task_status,
+    write_status_file,
+)
+from headwater.store import ChangeIdInfo, ChangeLog, Durability, ReaderState, StoreOptions
 from headwater.store._fs import atomic_write
 
 __all__ = ["FATAL_ERRORS", "ReaderTask", "read_task_status"]
@@ -119,6 +132,7 @@ class ReaderTask:
         self.seq = 0
         self.change_ids: list[ChangeIdInfo] = []
         self._ts_floor: int | None = None
+        self._lost: LostRange | None = None  # what the log lost and has not read again
         # counters
         self.events_in = 0
         self.bytes_in = 0
@@ -133,6 +147,12 @@ class ReaderTask:
         self._last_save = 0.0
         self._fde_bytes = b""
         self._last_domain = -1  # domain of the last MariaDB GTID processed
+        # high availability (reader/cluster.py): a leader appends only while ``fence()``
+        # holds and hands each saved state to ``on_save``; a follower serves ``follow_fde``
+        self.fence: Callable[[], bool] | None = None
+        self.on_save: Callable[[ReaderState], None] | None = None
+        self.follow_fde: FormatDescription | None = None
+        self.cluster: dict[str, Any] = {}  # role, epoch, leader, lag_records for status()
 
     # -- opening: store, state, reconciliation ---------------------------------------------
 
@@ -141,13 +161,20 @@ class ReaderTask:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.store = self._open_store()
         self.schema = SchemaLink(self.dir / "schema.jsonl")
-        st = ReaderState.load(str(self.dir / STATE_FILE))
-        if st is not None:
-            self.position = st.position
-            self.gtid_set = parse_gtid_set(st.gtid_set) if st.gtid_set else None
-            self.ts_us, self.seq = st.ts_us, st.seq
-            self.change_ids = list(st.change_ids)
-        self._reconcile()
+        saved = ReaderState.load(str(self.dir / STATE_FILE)) or ReaderState()
+        state, lost = reconcile(saved, read_log_end(self.store, saved))
+        self._apply(state)
+        if lost is not None:
+            log.error(
+                "%s: the change log lost %s; reading them again from the source",
+                self.name,
+                lost,
+            )
+        elif self._lost is not None and state.seq < self._lost.last_seq:
+            lost = self._lost  # reopened while a lost range is still being read again
+        elif state != saved:
+            log.info("%s: state reconciled with the change log up to seq %d", self.name, self.seq)
+        self._lost = lost
         self._write_status()
 
     def _open_store(self) -> ChangeLog:
@@ -161,29 +188,23 @@ class ReaderTask:
         )
         return ChangeLog.open(str(self.dir / "changes"), options)
 
-    def _reconcile(self) -> None:
-        """Advance the state over records the store has beyond it (state saved late)."""
-        assert self.store is not None
-        acked = self.store.acked_seq
-        if acked <= self.seq:
-            return
-        with self.store.reader(AtSeq(max(self.seq + 1, 1))) as r:
-            while True:
-                rec = r.next(0)
-                if rec is None:
-                    break
-                if rec.last_chunk:
-                    self._advance(rec.position, rec.gtid, rec.ts_us)
-                    self.seq = rec.seq
-        log.info("%s: state reconciled with the change log up to seq %d", self.name, self.seq)
+    def resume_state(self) -> ReaderState:
+        """The resume state as one value (what ``state.json`` holds)."""
+        return ReaderState(
+            self.position,
+            "" if self.gtid_set is None else str(self.gtid_set),
+            self.ts_us,
+            self.seq,
+            tuple(self.change_ids),
+            layout_of(self.source.filters, self.source.chunk_bytes),
+        )
 
-    def _advance(self, position: Position, gtid: str, ts_us: int) -> None:
-        if self.position is None or position > self.position:
-            self.position = Position(position.change_id, position.file_num, position.offset)
-        if ts_us:
-            self.ts_us = ts_us
-        if gtid:
-            self._add_gtid(parse_gtid_set(gtid))
+    def _apply(self, state: ReaderState) -> None:
+        """Run with ``state`` (the task keeps it as attributes: the hot path updates them)."""
+        self.position = state.position
+        self.gtid_set = parse_gtid_set(state.gtid_set) if state.gtid_set else None
+        self.ts_us, self.seq = state.ts_us, state.seq
+        self.change_ids = list(state.change_ids)
 
     def _add_gtid(self, one: GtidSet | MariadbGtid | MysqlGtid) -> None:
         if isinstance(one, MariadbGtidPos):
@@ -249,6 +270,8 @@ class ReaderTask:
                 if self._stop:
                     break
                 try:
+                    if self.store is None:  # a reopen after a local failure failed too
+                        self._reopen()
                     progressed = self._session(host)
                     last_error = None
                     break
@@ -256,8 +279,11 @@ class ReaderTask:
                     raise
                 except (HeadwaterError, OSError) as e:
                     last_error = e
-                    self._after_break()
                     log.warning("%s: %s: %s", self.name, host, e)
+                    try:
+                        self._after_break(e)
+                    except (StoreError, OSError) as again:  # retried at the next round
+                        log.warning("%s: cannot reopen the change log: %s", self.name, again)
             if self._stop:
                 break
             self.reconnects += 1
@@ -278,9 +304,14 @@ class ReaderTask:
             self._wake.wait(delay)
             self._wake.clear()
 
-    def _after_break(self) -> None:
+    def _after_break(self, error: BaseException | None = None) -> None:
         """The stream broke: forget the transaction under way; if chunks of it were
-        appended, reopen the store so that recovery drops the unfinished chunk group."""
+        appended, reopen the store so that recovery drops the unfinished chunk group.
+        After a local resource error (disk full, no file descriptors: ``error`` is a
+        StoreError or such an OSError) the store and state are reopened as at start."""
+        if self.store is None or _is_local_failure(error):
+            self._reopen()
+            return
         grouper = getattr(self, "_grouper", None)
         if grouper is not None and grouper.pending and self.store is not None:
             self._flush()  # whole transactions, already counted as processed
@@ -291,6 +322,24 @@ class ReaderTask:
                 self.store.close()
                 self.store = self._open_store()
 
+    def _reopen(self) -> None:
+        """Close the change log and schema history and open them again (``open``):
+        recovery drops a torn tail and the state is reconciled with the log's intact end,
+        so what an append lost to a full disk is read from the source again. Raises
+        (StoreError, OSError) while the condition lasts; the loop retries with back-off."""
+        grouper = getattr(self, "_grouper", None)
+        if grouper is not None:
+            grouper.abort()
+            del self._grouper
+        for part in (self.store, self.schema):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    part.close()
+        self.store = None
+        self.schema = None
+        self.open()
+        log.info("%s: change log reopened at seq %d", self.name, self.seq)
+
     # -- one connection --------------------------------------------------------------------
 
     def _session(self, host: HostConfig) -> bool:
@@ -299,7 +348,7 @@ class ReaderTask:
         self.state = "connecting"
         self.host = host
         info = probe(self.source, host, self.replica_host)
-        start = choose_start(self, host, info)
+        start, first_position = self._decide_start(host, info)
         options = ClientOptions(
             host=host.host,
             port=host.port,
@@ -309,6 +358,7 @@ class ReaderTask:
             start=start,
             heartbeat_period=self.source.heartbeat_period,
             replica_host=self.replica_host,
+            tls=tls_options(self.source),
         )
         client = self._client = BinlogClient(options)
         processed = False
@@ -319,7 +369,7 @@ class ReaderTask:
                 self.source,
                 host,
                 self.filter,
-                start_position(self, start, info),
+                first_position,
                 mariadb=info.is_mariadb,
             )
             if self.heartbeat is not None:
@@ -378,6 +428,41 @@ class ReaderTask:
             self._client = None
         return processed
 
+    def _decide_start(self, host: HostConfig, info: SourceInfo) -> tuple[StartPosition, Position]:
+        """Run :func:`choose_start` on this task's state and apply the decision."""
+        cfg = self.source.start
+        lost = self._lost
+        if lost is not None and self.seq >= lost.last_seq:
+            lost = self._lost = None  # read again: the seqs are the transactions' own again
+        at_time = None
+        if self.position is None and not self.change_ids and cfg.kind == "timestamp":
+            assert cfg.ts_us is not None
+            at_time = file_at_time(self.source, host, info, cfg.ts_us, self.replica_host)
+        decision = choose_start(
+            cfg,
+            self.resume_state(),
+            info,
+            lost=lost,
+            at_time=at_time,
+            now_us=_now_us(),
+            host=str(host),
+            layout=layout_of(self.source.filters, self.source.chunk_bytes),
+        )
+        self.identity = info.identity
+        self._apply(decision.state)
+        if decision.ts_floor is not None:
+            self._ts_floor = decision.ts_floor
+        if decision.note:  # a new change id is worth a warning, a first start is not
+            log.log(
+                logging.WARNING if decision.save else logging.INFO,
+                "%s: %s",
+                self.name,
+                decision.note,
+            )
+        if decision.save:
+            self._save_state()
+        return decision.start, decision.first_position
+
     def _flush_before_reads(self, client: BinlogClient, grouper: Grouper) -> None:
         """Wire the socket reads: the grouper's pending records are appended before every
         socket read (records are batched per read, one ``append_many``, and none waits
@@ -424,7 +509,9 @@ class ReaderTask:
         grouper = self._grouper
         gtid_floor: tuple[int, int] | None = None
         gtids = self.gtid_set
-        if self._stop or self._ts_floor is not None or isinstance(gtids, MysqlGtidSet):
+        if self._fenced() or self._stop or self._ts_floor is not None:
+            return 0, start, seq  # the event path's appends go through the fence
+        if isinstance(gtids, MysqlGtidSet):
             return 0, start, seq  # SLOW: the event path checks the start time
         if isinstance(gtids, MariadbGtidPos) and gtids:
             known = {g.domain_id: g.seq_no for g in gtids.gtids()}
@@ -456,7 +543,18 @@ class ReaderTask:
             self._tick(events)
         return status, stop, seq
 
+    def _fenced(self) -> bool:
+        """True (and the task stops) once this leader may no longer append."""
+        if self.fence is None or self.fence():
+            return False
+        if not self._stop:
+            log.warning("%s: leadership lost: no more appends", self.name)
+        self._stop = True
+        return True
+
     def _flush(self) -> None:
+        if self._fenced():
+            return
         seq = self._grouper.flush()
         if seq is not None:
             self.seq = seq
@@ -519,20 +617,16 @@ class ReaderTask:
 
     def _save_state(self) -> None:
         """Persist the resume point once the store has acknowledged what it covers."""
-        if self.store is None or self.store.closed:
+        if self.store is None or self.store.closed or self._fenced():
             return
         grouper = getattr(self, "_grouper", None)
         if grouper is not None:
             self._flush()  # the state covers only what the store was given
         self.store.flush()
-        state = ReaderState(
-            self.position,
-            "" if self.gtid_set is None else str(self.gtid_set),
-            self.ts_us,
-            self.seq,
-            tuple(self.change_ids),
-        )
+        state = self.resume_state()
         state.save(str(self.dir / STATE_FILE))
+        if self.on_save is not None:
+            self.on_save(state)
         self._write_status()
 
     def _save_fde(self, grouper: Grouper) -> None:
@@ -542,7 +636,12 @@ class ReaderTask:
             self._fde_bytes = fde_raw
 
     def _write_status(self) -> None:
-        atomic_write(str(self.dir / STATUS_FILE), json.dumps(self.status()).encode())
+        """Write status.json; never raises (a full disk or no file descriptors must not
+        turn a retry into a failure: the live status still says what happens)."""
+        try:
+            write_status_file(self.dir, self.status())
+        except OSError as e:
+            log.warning("%s: cannot write %s: %s", self.name, STATUS_FILE, e)
 
     def _finish(self) -> None:
         try:
@@ -574,7 +673,19 @@ class ReaderTask:
     def format_description(self) -> FormatDescription | None:
         """The FORMAT_DESCRIPTION of the stream being read (None before the first one)."""
         grouper = getattr(self, "_grouper", None)
-        return None if grouper is None else grouper.fde
+        fde = None if grouper is None else grouper.fde
+        return self.follow_fde if fde is None else fde
+
+
+#: Local resource errors a task waits out (errno): disk full, quota, too many open files.
+_RESOURCE_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.EIO))
+
+
+def _is_local_failure(error: BaseException | None) -> bool:
+    """Whether ``error`` left the store unusable until it is reopened."""
+    if isinstance(error, StoreError):
+        return True
+    return isinstance(error, OSError) and error.errno in _RESOURCE_ERRNOS
 
 
 def _split(table: str) -> tuple[str, str]:

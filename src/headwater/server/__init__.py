@@ -103,6 +103,14 @@ class ServerOptions:
     ``max_wait_s``: the longest long-poll. ``max_scan_bytes``: a fetch returns (with an
     advanced checkpoint) after reading this much of the log, even if filters kept nothing,
     so one request never scans an unbounded stretch. ``max_body_bytes``: request bodies.
+
+    What keeps clients from hurting the process: at most ``max_connections`` open
+    connections (one more closes the longest-idle one, or when all are in requests is
+    answered 503 and closed at once, its file descriptor freed),
+    a connection idle between requests for ``idle_timeout_s`` is closed, a client gets
+    ``header_timeout_s`` per read while sending a request, ``backlog`` is the listen
+    queue. ``fetch_workers`` processes do the decoding and encoding of fetches (0: threads
+    of this process, one fetch at a time), so they cannot take this process's CPU.
     """
 
     host: str = "127.0.0.1"
@@ -115,6 +123,11 @@ class ServerOptions:
     max_wait_s: float = 60.0
     max_scan_bytes: int = 64 << 20
     max_body_bytes: int = 1 << 20
+    max_connections: int = 64
+    idle_timeout_s: float = 30.0
+    header_timeout_s: float = 10.0
+    backlog: int = 128
+    fetch_workers: int = 2
 
     def __post_init__(self) -> None:
         if not 0 < self.default_rows <= self.max_rows:
@@ -123,6 +136,10 @@ class ServerOptions:
             raise ValueError("ServerOptions: need 0 < default_bytes <= max_bytes")
         if self.max_wait_s < 0 or self.max_scan_bytes <= 0 or self.max_body_bytes <= 0:
             raise ValueError("ServerOptions: max_wait_s >= 0, max_scan/body_bytes > 0")
+        if self.max_connections < 1 or self.backlog < 1 or self.fetch_workers < 0:
+            raise ValueError("ServerOptions: max_connections, backlog >= 1, fetch_workers >= 0")
+        if self.idle_timeout_s <= 0 or self.header_timeout_s <= 0:
+            raise ValueError("ServerOptions: idle_timeout_s and header_timeout_s must be > 0")
         if self.token is not None and not self.token:
             raise ValueError("ServerOptions.token must not be empty (use None for no auth)")
 

@@ -1,7 +1,14 @@
 """The HTTP server and its routes (standard library ``ThreadingHTTPServer``, HTTP/1.1).
 
-One thread per connection: a long-poll fetch blocks its thread in the store's wait (woken
-when the writer acknowledges a record), which is what ``LogReader.next`` offers. Routes:
+One thread per connection, at most ``ServerOptions.max_connections`` of them: a new
+connection past the limit closes the connection idle the longest between requests (as
+nginx does with keep-alive connections), or, when every connection is in a request, gets
+a 503 and is closed at once; idle and header timeouts close connections that send
+nothing. A long-poll fetch blocks its thread in the store's wait
+(woken when the writer acknowledges a record, no CPU), then the batch is built in a fetch
+worker process (``workers.py``): this process, where the reader's capture runs, only
+moves bytes. Client disconnects are one debug line; accept() failing for want of file
+descriptors is logged and retried, never fatal. Routes:
 
 =======  ===============  ===========================================================
 GET      /healthz         ``{"status": "ok"}``; never needs the token
@@ -15,17 +22,23 @@ POST     /v1/decoding     what a client needs to decode raw records itself: the 
 
 Errors are JSON ``{"error": reason, "field": field-or-null, ...}``: 400 malformed request
 (field names the offending field), 401 missing or wrong bearer token, 404 unknown task or
-endpoint, 405 wrong method, 410 position no longer retained (with ``retained``: the first
-and last records kept), 413 body too large, 500 a record that does not decode. The token
+endpoint, 405 wrong method (PUT, DELETE, ... too), 410 position no longer retained (with
+``retained``: the first and last records kept), 413 body too large, 500 a record that
+does not decode, 503 too many connections or a store error. Errors the HTTP layer itself
+raises (a malformed request line) are JSON too. The token
 is compared in constant time and never logged.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import hmac
 import logging
 import os
+import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -38,18 +51,20 @@ import orjson
 from headwater import __version__
 from headwater.errors import BinlogFormatError, PositionNotRetainedError, StoreError
 from headwater.server import ServerOptions, TaskHandle
-from headwater.server.batch import fetch_batch
+from headwater.server.batch import Batch, fetch_batch
 from headwater.server.encoding import encoder_for
 from headwater.server.metrics import Metrics
 from headwater.server.requests import (
     FORMATS,
     Checkpoint,
+    FetchRequest,
     RequestError,
     encode_checkpoint,
     parse_fetch,
     parse_subscribe,
 )
-from headwater.store import ChangeLog, LogInfo
+from headwater.server.workers import FetchJob, FetchPool
+from headwater.store import AtSeq, ChangeLog, LogInfo
 
 __all__ = ["HeadwaterServer"]
 
@@ -88,7 +103,9 @@ class HeadwaterServer:
         self.options = options or ServerOptions()
         self.metrics = Metrics()
         self._token = None if self.options.token is None else self.options.token.encode()
-        self._httpd = _HTTPServer((self.options.host, self.options.port), _Handler)
+        self._pool = FetchPool(self.options.fetch_workers) if self.options.fetch_workers else None
+        self._cpu = threading.Semaphore(1)  # in-process fetch work: one thread at a time
+        self._httpd = _HTTPServer((self.options.host, self.options.port), _Handler, self.options)
         self._httpd.app = self
         self._thread: threading.Thread | None = None
 
@@ -100,10 +117,12 @@ class HeadwaterServer:
     @property
     def url(self) -> str:
         host, port = self.address
-        return f"http://{host}:{port}"
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def start(self) -> HeadwaterServer:
-        """Serve in a background thread; returns self."""
+        """Start the fetch workers, serve in a background thread; returns self."""
+        if self._pool is not None:
+            self._pool.start()
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             args=(0.05,),  # how soon close() is noticed; requests never wait on it
@@ -124,6 +143,8 @@ class HeadwaterServer:
             self._thread.join()
             self._thread = None
         self._httpd.server_close()
+        if self._pool is not None:
+            self._pool.close()
 
     def __enter__(self) -> HeadwaterServer:
         return self
@@ -223,9 +244,7 @@ class HeadwaterServer:
         encoder = encoder_for(sub.format)
         self.metrics.fetch_started()
         try:
-            batch = fetch_batch(
-                sub.task, handle, changelog, req, encoder, self.options.max_scan_bytes
-            )
+            batch = self._fetch_batch(sub.task, handle, changelog, req)
         except PositionNotRetainedError as e:
             raise RequestError(410, str(e), "checkpoint", retained=_retained(changelog)) from None
         finally:
@@ -242,11 +261,155 @@ class HeadwaterServer:
         self.metrics.fetched(sub.task, sub.format, len(batch.items), nbytes)
         return encoder.content_type, pieces, nbytes
 
+    def _fetch_batch(
+        self, name: str, handle: TaskHandle, changelog: ChangeLog, req: FetchRequest
+    ) -> Batch:
+        """Wait here (no CPU) for a record after the checkpoint, then build the batch in a
+        worker process; in this process when the task's schema cannot be read from a file
+        (or without workers), one fetch at a time."""
+        started = time.monotonic()
+        deadline = started + req.timeout_s
+        cp = req.checkpoint
+        with changelog.reader(AtSeq(cp.seq)) as reader:
+            if reader.next(req.timeout_s) is None:  # the long-poll's wait, no CPU
+                return Batch([], 0, cp.seq, cp.row, False)  # nothing came: no worker needed
+        schema_path = getattr(handle.schema, "path", None)
+        if self._pool is not None and (handle.schema is None or schema_path is not None):
+            job = FetchJob(
+                task=name,
+                source=handle.source or name,
+                log_dir=changelog.directory,
+                schema_path=None if schema_path is None else os.fspath(schema_path),
+                fde=None if req.checkpoint.sub.raw else handle.format_description(),
+                request=req,
+                max_scan_bytes=self.options.max_scan_bytes,
+                deadline=deadline,
+                started=started,
+            )
+            return self._pool.fetch(job)
+        encoder = encoder_for(req.checkpoint.sub.format)
+        with self._cpu:
+            return fetch_batch(
+                name,
+                handle,
+                changelog,
+                req,
+                encoder,
+                self.options.max_scan_bytes,
+                deadline=deadline,
+                started=started,
+            )
+
+
+#: What a connection past ``max_connections`` gets before it is closed.
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nContent-Length: 48\r\n\r\n"
+    b'{"error": "too many connections", "field": null}'
+)
+_NO_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
 
 class _HTTPServer(ThreadingHTTPServer):
+    """Bounded: ``max_connections`` handler threads at most (see the module docstring)."""
+
     daemon_threads = True
     block_on_close = False  # long-polls finish on their own; close() does not wait for them
     app: HeadwaterServer
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[_Handler], options: ServerOptions
+    ) -> None:
+        self.request_queue_size = options.backlog  # read by server_activate (listen)
+        if ":" in address[0]:  # an IPv6 address ("::", "::1")
+            self.address_family = socket.AF_INET6
+        self.options = options
+        self._slots = threading.BoundedSemaphore(options.max_connections)
+        self.refused = 0
+        self.evicted = 0
+        self._idle: dict[socket.socket, float] = {}
+        self._idle_lock = threading.Lock()
+        self._last_warning = 0.0
+        super().__init__(address, handler)
+
+    def _warn(self, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._last_warning >= 10.0:  # at most one line per 10 s under a flood
+            self._last_warning = now
+            log.warning(message, *args)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as e:
+            if e.errno in _NO_FDS:
+                # The connection stays in the backlog; pausing keeps the accept loop from
+                # spinning until descriptors are free again.
+                self._warn("HTTP API: cannot accept a connection: %s", e)
+                time.sleep(0.1)
+            raise
+
+    def idle(self, conn: socket.socket, idle: bool) -> None:
+        """Handlers say when their connection waits for a request (and when not)."""
+        with self._idle_lock:
+            if idle:
+                self._idle[conn] = time.monotonic()
+            else:
+                self._idle.pop(conn, None)
+
+    def _evict_idle(self) -> bool:
+        """Close the connection idle the longest (its handler sees the end of the stream
+        and exits, freeing its slot); False when every connection is in a request."""
+        with self._idle_lock:
+            if not self._idle:
+                return False
+            conn = min(self._idle, key=self._idle.__getitem__)
+            del self._idle[conn]
+        self.evicted += 1
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+        return True
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        if self._slots.acquire(blocking=False):
+            return True
+        # At the limit, an idle keep-alive connection makes room for the new one (as
+        # nginx does), so idle connections alone never lock clients out.
+        while self._evict_idle():
+            if self._slots.acquire(timeout=1.0):
+                return True
+        self.refused += 1
+        self._warn(
+            "HTTP API: %d connections open (max_connections); refusing %s",
+            self.options.max_connections,
+            client_address,
+        )
+        try:
+            request.setblocking(False)
+            request.send(_BUSY)
+        except OSError:
+            pass
+        return False  # the caller closes it
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        e = sys.exc_info()[1]
+        if isinstance(e, (ConnectionError, TimeoutError)):
+            log.debug("HTTP client %s went away: %s", client_address, e)
+        else:
+            log.error("HTTP request from %s failed", client_address, exc_info=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -265,6 +428,48 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._dispatch("POST")
+
+    # Methods the API does not take: a JSON 405 (as documented), not the HTML 501.
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch("OPTIONS")
+
+    def handle_one_request(self) -> None:
+        # Between requests a connection may stay idle this long; then it is closed. While
+        # idle it may also be closed to make room for a new connection (verify_request).
+        self.connection.settimeout(self.server.options.idle_timeout_s)
+        self.server.idle(self.connection, True)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.idle(self.connection, False)
+
+    def parse_request(self) -> bool:
+        # Once a request started, each read of it (headers, body) gets the header timeout.
+        self.server.idle(self.connection, False)
+        self.connection.settimeout(self.server.options.header_timeout_s)
+        return super().parse_request()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The HTTP layer's own errors (bad request line, header too long, unknown
+        method) as JSON like every other error, and the connection closed."""
+        self.close_connection = True
+        body = orjson.dumps({"error": message or HTTPStatus(code).phrase, "field": None})
+        self.send_response(code, HTTPStatus(code).phrase)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Connection", "close")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+            self.wfile.write(body)
 
     def _dispatch(self, method: str) -> None:
         app = self.server.app

@@ -14,6 +14,11 @@ Invariants:
 * Waiting: only while the batch is empty, until the request's timeout, woken by the
   store when the writer acknowledges a record (no polling). Once anything is in the
   batch, the fetch returns as soon as no further record is immediately available.
+* Time: a fetch returns by its deadline (the request's ``timeout_ms``, or the deadline
+  the caller gives), or :data:`MIN_WORK_S` after the request arrived (``started``) when
+  that is later, whatever ``max_rows`` allows: a large ``max_rows`` never holds a client
+  past its timeout. At least one record is always read, so a fetch that waited for a
+  worker past its deadline still moves forward, and returns after that record.
 * Scanning: at most about ``max_scan_bytes`` of record payloads per fetch, so a
   subscription whose filters skip a long stretch gets an advanced checkpoint and an empty
   batch rather than one request reading the whole log.
@@ -31,7 +36,10 @@ from headwater.server.requests import FetchRequest
 from headwater.server.sharding import ShardFilter
 from headwater.store import AtSeq, ChangeLog
 
-__all__ = ["Batch", "fetch_batch"]
+__all__ = ["MIN_WORK_S", "Batch", "fetch_batch"]
+
+#: The work a fetch may always do, even with ``timeout_ms`` 0 ("answer at once").
+MIN_WORK_S = 0.2
 
 
 @dataclass(slots=True)
@@ -50,11 +58,19 @@ def fetch_batch(
     req: FetchRequest,
     encoder: Encoder,
     max_scan_bytes: int,
+    *,
+    deadline: float | None = None,
+    started: float | None = None,
 ) -> Batch:
     """Raises ``PositionNotRetainedError`` when the checkpoint is older than retention, and
-    ``BinlogFormatError`` on a record that does not decode."""
+    ``BinlogFormatError`` on a record that does not decode. ``deadline`` (a
+    ``time.monotonic()`` value) replaces the request's own timeout; ``started`` is when
+    the request arrived (default: now)."""
     sub = req.checkpoint.sub
-    deadline = time.monotonic() + req.timeout_s
+    now = time.monotonic()
+    if deadline is None:
+        deadline = now + req.timeout_s
+    stop_at = max(deadline, (now if started is None else started) + MIN_WORK_S)
     shard = ShardFilter(sub.shard_count, sub.shards, dict(sub.shard_keys))
     source = handle.source or name
     fde = None if sub.raw else handle.format_description()
@@ -79,6 +95,10 @@ def fetch_batch(
                 if len(out.items) >= req.max_rows:
                     out.more = True
                     return out
+            elif not sub.wants_record_tables(rec.tables):
+                # Rows of other tables, or DDL whose objects (its table list) are not
+                # wanted -- a statement not about data never is (headwater.schema.ddlscope).
+                out.seq, out.row = rec.seq + 1, 0
             else:
                 changes = decode_record(
                     rec, source=source, fde=fde, schema=handle.schema, want=sub.wants_table
@@ -100,6 +120,6 @@ def fetch_batch(
                         out.more = True
                         return out
                 out.seq, out.row = rec.seq + 1, 0
-            if scanned >= max_scan_bytes:
+            if scanned >= max_scan_bytes or time.monotonic() >= stop_at:
                 out.more = True
                 return out

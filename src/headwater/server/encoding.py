@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from headwater.binlog.dump import format_time, render_json
+from headwater.binlog.dump import format_time, printable_name, render_json
 from headwater.changes import ChangeRow
 from headwater.position import Position
 from headwater.server import pb
@@ -166,7 +166,7 @@ def _image(values: dict[str, Any], out: Any) -> None:
     columns = out.columns
     for name, value in values.items():
         col = columns.add()
-        col.name = name
+        col.name = printable_name(name)
         proto_value(value, col.value)
 
 
@@ -196,8 +196,9 @@ class ProtobufEncoder:
     def row(self, change: ChangeRow) -> bytes:
         msg = pb.ChangeRow(
             source=change.source,
-            database=change.database,
-            table=change.table,
+            # Protobuf strings must be UTF-8: names with undecodable bytes show them as \xNN.
+            database=printable_name(change.database),
+            table=printable_name(change.table),
             op=change.op,
             ts_us=change.ts_us,
             gtid=change.gtid,
@@ -213,7 +214,7 @@ class ProtobufEncoder:
         if change.after is not None:
             _image(change.after, msg.after)
         if change.sql is not None:
-            msg.sql = change.sql
+            msg.sql = printable_name(change.sql)
         data: bytes = msg.SerializeToString()
         return _TAG_ROWS + _varint(len(data)) + data
 
@@ -229,7 +230,7 @@ class ProtobufEncoder:
         )
         _position(record.position, msg.position)
         for name, rows in record.tables:
-            msg.tables.add(name=name, rows=rows)
+            msg.tables.add(name=printable_name(name), rows=rows)
         data: bytes = msg.SerializeToString()
         return _TAG_RECORDS + _varint(len(data)) + data
 

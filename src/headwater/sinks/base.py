@@ -5,13 +5,17 @@ Contracts:
 * A sink is a plain frozen dataclass of configuration (picklable: Spark ships it to
   executors, which open their own connections). It never holds a connection or a secret
   in memory longer than one call; passwords come from a file or an environment variable
-  named in :class:`ConnectionOptions` and never appear in ``repr``, logs or errors.
-* :class:`Change` is the one in-memory form of a change row. :func:`as_change` accepts a
-  :class:`~headwater.changes.ChangeRow`, a dict with the columns of
-  :mod:`headwater.spark.schema` (``key``/``before``/``after`` as JSON text or as dicts), or
+  named in :class:`~headwater.connections.TargetConnection` and never appear in
+  ``repr``, logs or errors.
+* :class:`~headwater.changes.ChangeRow` is the one in-memory form of a change row, from
+  the decoder to every sink. :func:`as_change` accepts a ChangeRow, a dict with the
+  columns of
+  :mod:`headwater.changes.schema` (``key``/``before``/``after`` as JSON text or as dicts), or
   a ``pyspark.sql.Row`` with those fields.
 * Capabilities are data (:class:`SinkCapabilities`): callers ask ``sink.capabilities``
-  whether the sink is transactional or applies DDL, never ``if kind == "mysql"``.
+  whether the sink is transactional, applies DDL or bulk-loads, never ``if kind ==
+  "mysql"``. A sink whose capabilities say ``bulk_load`` has ``bulk_load(renames)``,
+  which gives a :class:`BulkLoad` (snapshots load whole key ranges through it).
 * Table definitions come from a :class:`SchemaSource` (picklable): :class:`StaticSchema`
   (definitions given inline) or :class:`SchemaFile` (the task's ``schema.jsonl``).
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -28,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import orjson
 
 from headwater.changes import ChangeRow
-from headwater.errors import ConfigError
 from headwater.position import Position
 from headwater.schema.model import TableDef
 
@@ -37,8 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ApplyResult",
-    "Change",
-    "ConnectionOptions",
+    "BulkLoad",
     "DdlMode",
     "RetryPolicy",
     "SchemaFile",
@@ -47,6 +49,7 @@ __all__ = [
     "SinkCapabilities",
     "StaticSchema",
     "as_change",
+    "bulk_load_of",
     "map_database",
 ]
 
@@ -55,11 +58,36 @@ ROW_OPS = frozenset({"insert", "update", "delete", "read"})
 
 
 class DdlMode(enum.StrEnum):
-    """What a sink does with a DDL change: run it on the target, ignore it, or stop."""
+    """What a sink does with a schema change of the source (the ``ddl`` setting of every
+    sink; docs/configuration.md, "Schema changes"):
 
-    APPLY = "apply"
-    SKIP = "skip"
+    ``evolve``: apply every change in the sink's own terms (tables created, dropped,
+    renamed, truncated; columns added, dropped, renamed, retyped; keys).
+    ``lenient``: create tables, add columns, widen types, rename; never drop data: a
+    dropped column stays (made nullable, later rows leave it NULL), a dropped table stays;
+    a table re-created by the source (``DROP`` then ``CREATE``) is emptied and evolved
+    leniently to its new shape (its old rows are the source's deleted rows).
+    ``ignore``: no schema change reaches the target.
+    ``fail``: stop with an error naming the statement and this setting.
+
+    The older values stay accepted: ``apply`` is ``evolve``, ``skip`` is ``ignore``.
+    Statements not about data (accounts, privileges, servers, ...) never reach a target
+    in any mode.
+    """
+
+    EVOLVE = "evolve"
+    LENIENT = "lenient"
+    IGNORE = "ignore"
     FAIL = "fail"
+    APPLY = "evolve"  # the older name of evolve
+    SKIP = "ignore"  # the older name of ignore
+
+    @classmethod
+    def _missing_(cls, value: object) -> DdlMode | None:
+        return _DDL_ALIASES.get(str(value).lower()) if isinstance(value, str) else None
+
+
+_DDL_ALIASES = {"apply": DdlMode.EVOLVE, "skip": DdlMode.IGNORE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +96,21 @@ class SinkCapabilities:
     sink's name.
 
     ``transactional``: rows and the checkpoint commit together (exactly-once).
-    ``applies_ddl``: DDL of the source can run on the target as is.
+    ``applies_ddl``: schema changes of the source can be applied to the target (in its
+    own terms: ``evolve`` and ``lenient``).
     ``ddl_modes``: the :class:`DdlMode` values the sink accepts.
     ``max_params``: most bind parameters one statement may carry.
     ``zero_dates``: what a zero date (``0000-00-00``) can become: ``keep`` (the literal),
     ``null`` or ``fail``.
+    ``bulk_load``: the sink can load whole key ranges as its server's bulk text
+    (:class:`BulkLoad`; snapshots use it).
+    ``ordering``: the order the target sees changes in: ``key`` (per key, in sequence
+    order: sinks that merge per key), ``table`` (each table's changes in sequence order)
+    or ``none`` (rows as the batch has them; each carries its ``sequence``).
+    ``shared_dir``: the section field naming a directory that the driver and every
+    executor must see as the same directory (executors write files there, the driver
+    publishes them); on a cluster the pipeline checks it at start
+    (:mod:`headwater.pipeline.sharedpaths`). None: the sink keeps no files.
     """
 
     name: str
@@ -81,6 +119,53 @@ class SinkCapabilities:
     ddl_modes: frozenset[DdlMode]
     max_params: int = 65_535
     zero_dates: frozenset[str] = frozenset({"fail"})
+    bulk_load: bool = False
+    ordering: str = "key"
+    shared_dir: str | None = None
+
+
+#: Name-only transforms as bulk loads see them, in order: ``("database", ((old, new),
+#: ...))`` or ``("table", (("db.t", "t2" | "db2.t2"), ...))``.
+Renames = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+
+
+class BulkLoad(Protocol):
+    """A sink's bulk-load capability (picklable, no connection): the *source* server
+    formats a key range as the text :meth:`line_sql` describes and the target loads it
+    (``headwater.snapshot.bulk``)."""
+
+    def line_sql(self, tdef: TableDef) -> str | None:
+        """The source-side SQL of one row's text line; None: a column type has no bulk
+        form (the table takes the general path)."""
+        ...
+
+    def probe(self) -> bool:
+        """Whether the target accepts bulk loads now."""
+        ...
+
+    def create_table(self, database: str, table: str, position: Any) -> None: ...
+
+    def connect(self) -> Any: ...
+
+    def load(
+        self,
+        path: str,
+        database: str,
+        table: str,
+        tdef: TableDef,
+        where: tuple[str, Sequence[Any]],
+        conn: Any = None,
+    ) -> int: ...
+
+
+def bulk_load_of(sink: Any, renames: Renames) -> BulkLoad | None:
+    """The bulk-load capability of ``sink`` behind ``renames``, or None when it has none
+    (by its capabilities, or by its configuration: ``bulk_load`` says)."""
+    caps = getattr(sink, "capabilities", None)
+    if not isinstance(caps, SinkCapabilities) or not caps.bulk_load:
+        return None
+    found: BulkLoad | None = sink.bulk_load(renames)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,43 +181,6 @@ class RetryPolicy:
         """Seconds to wait before try ``attempt + 1`` (``attempt`` counts from 1)."""
         grown: float = self.base_delay_s * 2.0 ** (attempt - 1)
         return min(self.max_delay_s, grown) * (1 + 0.1 * jitter)
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionOptions:
-    """Where a SQL target is and how to log in. The password is read when connecting, from
-    ``password_file`` (first line) or the environment variable ``password_env``; with
-    neither, no password. ``repr`` never shows it (it is not even stored)."""
-
-    host: str = "127.0.0.1"
-    port: int = 3306
-    user: str = "root"
-    password_file: str | None = None
-    password_env: str | None = None
-    database: str | None = None
-    connect_timeout_s: float = 10.0
-    #: Extra session settings, ``name -> value`` (e.g. ``innodb_lock_wait_timeout: 5``).
-    session: tuple[tuple[str, str | int], ...] = ()
-
-    def password(self) -> str:
-        """The password, read now. Raises :class:`ConfigError` naming the file or variable
-        (never the value) when it cannot be read."""
-        if self.password_file:
-            try:
-                with open(self.password_file, encoding="utf-8") as f:
-                    return f.readline().rstrip("\r\n")
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot read the password file: {exc.strerror}", field="password_file"
-                ) from None
-        if self.password_env:
-            value = os.environ.get(self.password_env)
-            if value is None:
-                raise ConfigError(
-                    f"environment variable {self.password_env} is not set", field="password_env"
-                )
-            return value
-        return ""
 
 
 def map_database(mapping: Iterable[tuple[str, str]], database: str) -> str:
@@ -188,27 +236,6 @@ def _load_history(path: str, mtime_ns: int, mariadb: bool) -> Any:
     return SchemaHistory.open(path, mariadb=mariadb, read_only=True)
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One change, decoded from whatever form it came in (see :func:`as_change`)."""
-
-    source: str
-    database: str
-    table: str
-    op: str
-    sequence: int
-    position: Position
-    key: dict[str, Any] | None
-    before: dict[str, Any] | None
-    after: dict[str, Any] | None
-    sql: str | None = None
-    ts_us: int = 0
-
-    @property
-    def table_name(self) -> str:
-        return f"{self.database}.{self.table}"
-
-
 def _json(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
@@ -218,24 +245,11 @@ def _json(value: Any) -> dict[str, Any] | None:
     return dict(value)
 
 
-def as_change(row: Any) -> Change:
-    """A :class:`Change` from a ChangeRow, a change-row dict or a Spark ``Row``."""
-    if isinstance(row, Change):
-        return row
+def as_change(row: Any) -> ChangeRow:
+    """A :class:`~headwater.changes.ChangeRow` from a ChangeRow (itself), a change-row
+    dict or a Spark ``Row`` (images as JSON text or as dicts)."""
     if isinstance(row, ChangeRow):
-        return Change(
-            row.source,
-            row.database,
-            row.table,
-            row.op,
-            row.sequence,
-            row.position,
-            row.key,
-            row.before,
-            row.after,
-            row.sql,
-            row.ts_us,
-        )
+        return row
     get: Mapping[str, Any] = row if isinstance(row, Mapping) else row.asDict()
     position = Position(
         int(get.get("change_id") or 0),
@@ -243,18 +257,21 @@ def as_change(row: Any) -> Change:
         int(get.get("offset") or 0),
         int(get.get("event_index") or 0),
     )
-    return Change(
+    return ChangeRow(
         source=str(get.get("source") or ""),
         database=str(get["database"] or ""),
         table=str(get.get("table") or ""),
         op=str(get["op"]),
-        sequence=int(get["sequence"]),
+        ts_us=int(get.get("ts_us") or 0),
         position=position,
+        gtid=str(get.get("gtid") or ""),
+        txn_id=str(get.get("txn_id") or ""),
+        sequence=int(get["sequence"]),
         key=_json(get.get("key")),
         before=_json(get.get("before")),
         after=_json(get.get("after")),
+        schema_version=int(get.get("schema_version") or 0),
         sql=get.get("sql"),
-        ts_us=int(get.get("ts_us") or 0),
     )
 
 

@@ -19,16 +19,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from headwater.changes import ChangeRow
+from headwater.connections import TargetConnection
 from headwater.errors import SinkError
 from headwater.schema.model import TableDef
 from headwater.sinks.base import (
-    Change,
-    ConnectionOptions,
     DdlMode,
     RetryPolicy,
     SchemaSource,
     SinkCapabilities,
 )
+from headwater.sinks.schemachange import Step, TargetColumns
 
 __all__ = ["SqlDialect", "SqlSinkConfig", "describe"]
 
@@ -46,13 +47,13 @@ class SqlSinkConfig:
     """
 
     pipeline: str
-    connection: ConnectionOptions
+    connection: TargetConnection
     schema: SchemaSource
     database_map: tuple[tuple[str, str], ...] = ()
     checkpoint_database: str = "headwater"
     shards: int = 2
     batch_rows: int = 500
-    ddl: DdlMode = DdlMode.SKIP
+    ddl: DdlMode = DdlMode.LENIENT
     create_tables: bool = False
     zero_dates: str = "null"
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -65,6 +66,8 @@ class SqlDialect(ABC):
     capabilities: ClassVar[SinkCapabilities]
     quote_char: ClassVar[str]
     text_bytes: ClassVar[bool]
+    #: The target runs MySQL's DDL text (for statements with no table definition).
+    runs_mysql_ddl: ClassVar[bool] = False
 
     def ident(self, name: str) -> str:
         q = self.quote_char
@@ -74,7 +77,7 @@ class SqlDialect(ABC):
         return f"{self.ident(schema)}.{self.ident(table)}"
 
     @abstractmethod
-    def connect(self, options: ConnectionOptions, config: SqlSinkConfig) -> Any:
+    def connect(self, options: TargetConnection, config: SqlSinkConfig) -> Any:
         """A DB-API connection, autocommit off, session in UTC."""
 
     @abstractmethod
@@ -117,8 +120,37 @@ class SqlDialect(ABC):
         creator won (the object now exists)."""
         return False
 
-    def ddl_statements(self, change: Change, config: SqlSinkConfig) -> list[str]:
+    def missing_table(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says a table does not exist on the target."""
+        return False
+
+    def ddl_statements(self, change: ChangeRow, config: SqlSinkConfig) -> list[str]:
         raise SinkError("this target cannot apply source DDL", table=change.table_name)
+
+    # -- schema changes (headwater.sinks.schemachange) -------------------------------------
+
+    @abstractmethod
+    def create_schema_sql(self, schema: str) -> str:
+        """``CREATE DATABASE``/``SCHEMA IF NOT EXISTS`` (run only when it is missing)."""
+
+    def schema_exists(self, cur: Any, schema: str) -> bool:
+        """Whether the target has the database (PostgreSQL: schema) ``schema``."""
+        cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,))
+        return cur.fetchone() is not None
+
+    def target_columns(self, cur: Any, schema: str, table: str) -> TargetColumns:
+        """The target table's columns (name -> (type, nullable)); None: no such table."""
+        cur.execute(
+            "SELECT column_name, data_type, is_nullable FROM information_schema.columns"
+            " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+            (schema, table),
+        )
+        found = {str(n): (str(t), str(null).upper() == "YES") for n, t, null in cur.fetchall()}
+        return found or None
+
+    def render_step(self, step: Step, config: SqlSinkConfig) -> list[str]:
+        """The statements of one schema-change step on this target (names mapped)."""
+        raise SinkError(f"this target cannot apply schema changes ({step.op})")
 
     def render_columns(self, cur: Any, columns: Sequence[list[Any]]) -> str | None:
         """Rows given column by column (``columns[j][i]``: column ``j`` of row ``i``) as

@@ -41,9 +41,10 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from headwater.changes import ChangeRow
 from headwater.errors import SinkError
 from headwater.gcpause import gc_paused
-from headwater.sinks.base import Change, as_change
+from headwater.sinks.base import as_change
 from headwater.sinks.merge import ROLE_KEY, ROLE_NEW, ROLE_OLD, ChangeColumns
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def write_sql_batch(sink: SqlSink, df: DataFrame, batch_id: int) -> None:
             log.debug("batch %d: %s", batch_id, result)
         if errors:
             raise errors[0]
-        ddl = [r for r in results if isinstance(r, Change)]
+        ddl = [r for r in results if isinstance(r, ChangeRow)]
         if not ddl:
             return
         stop = min(ddl, key=lambda c: c.sequence)
@@ -247,7 +248,7 @@ def _apply_batches(
     ops: list[str] = col["op"]
     seqs: list[int] = col["sequence"]
     # The batch's first DDL: this run applies only the changes before it.
-    ddl: Change | None = None
+    ddl: ChangeRow | None = None
     order = sorted(range(len(ops)), key=seqs.__getitem__)
     if "ddl" in ops:
         first = min((i for i, op in enumerate(ops) if op == "ddl"), key=seqs.__getitem__)

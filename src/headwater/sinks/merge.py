@@ -51,9 +51,9 @@ from typing import Any, NamedTuple
 import orjson
 from crc32c import crc32c
 
+from headwater.changes import ChangeRow
 from headwater.errors import SinkError
 from headwater.position import Position
-from headwater.sinks.base import Change
 
 __all__ = [
     "ROLE_KEY",
@@ -124,7 +124,7 @@ def key_id(key: dict[str, Any]) -> str:
     return orjson.dumps([[c, v] for c, v in key.items()]).decode()
 
 
-def explode(change: Change) -> list[KeyEvent]:
+def explode(change: ChangeRow) -> list[KeyEvent]:
     """The key events of one row change (see the module docstring). Raises
     :class:`SinkError` for DDL and for changes without a key."""
     if change.op == "ddl":
@@ -246,7 +246,7 @@ def shard_of(database: str, table: str, key: dict[str, Any] | None, count: int) 
     return int(crc32c(b"".join(parts))) % count
 
 
-def route(changes: Iterable[Change], count: int) -> Iterator[tuple[int, KeyEvent]]:
+def route(changes: Iterable[ChangeRow], count: int) -> Iterator[tuple[int, KeyEvent]]:
     """``(shard, event)`` for every key event of ``changes`` (DDL changes excluded)."""
     for change in changes:
         if change.op == "ddl":
@@ -258,7 +258,7 @@ def route(changes: Iterable[Change], count: int) -> Iterator[tuple[int, KeyEvent
 # -- the columnar path of the Spark glue ---------------------------------------------------
 #
 # The Spark glue moves change rows between the JVM and Python as Arrow columns. Building a
-# Change, two to four KeyEvents and a parsed JSON image per row cost more than everything
+# ChangeRow, two to four KeyEvents and a parsed JSON image per row cost more than everything
 # else in a micro-batch, so the glue routes (in Spark SQL) and collapses on the columns
 # instead, with the same rules as explode() + collapse() above (tests/unit/sinks/
 # test_sink_merge.py proves them equal on random histories):

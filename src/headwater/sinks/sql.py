@@ -48,11 +48,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from headwater.changes import ChangeRow
 from headwater.errors import ConfigError, SinkError, TransientSinkError
 from headwater.position import Position
+from headwater.schema.model import TableDef
 from headwater.sinks.base import (
     ApplyResult,
-    Change,
     DdlMode,
     SinkCapabilities,
     as_change,
@@ -68,6 +69,7 @@ from headwater.sinks.merge import (
     explode,
 )
 from headwater.sinks.pool import POOL, close_quietly, rollback_quietly
+from headwater.sinks.schemachange import FORGETS, plan_schema_change, position_before, scope_of
 from headwater.sinks.writes import plan_writes, run_write
 
 if TYPE_CHECKING:
@@ -266,15 +268,20 @@ class SqlSink:
                 _progress((e.source, e.sequence) for e in todo),
             )
 
-        return self._apply(
-            sorted({e.source for e in events}),
-            select,
-            min(e.sequence for e in events),
-            batch_id,
-            shard,
-            connection,
-            on_retry,
-        )
+        def apply() -> ApplyResult:
+            return self._apply(
+                sorted({e.source for e in events}),
+                select,
+                min(e.sequence for e in events),
+                batch_id,
+                shard,
+                connection,
+                on_retry,
+            )
+
+        if not self.config.create_tables:
+            return apply()
+        return self._recreating(apply, lambda: self._create_tables(tables, connection))
 
     def apply_columns(
         self,
@@ -298,7 +305,8 @@ class SqlSink:
             else:
                 for i in rows:
                     firsts.setdefault((db[i], tbl[i]), i)
-            self._create_tables({t: cols.position(i) for t, i in firsts.items()}, connection)
+            created = {t: cols.position(i) for t, i in firsts.items()}
+            self._create_tables(created, connection)
 
         sources = set(map(src.__getitem__, rows))
 
@@ -316,15 +324,35 @@ class SqlSink:
                 progress,
             )
 
-        return self._apply(
-            sorted(sources),
-            select,
-            seq[rows[0]],
-            batch_id,
-            shard,
-            connection,
-            on_retry,
-        )
+        def apply() -> ApplyResult:
+            return self._apply(
+                sorted(sources), select, seq[rows[0]], batch_id, shard, connection, on_retry
+            )
+
+        if not self.config.create_tables:
+            return apply()
+        return self._recreating(apply, lambda: self._create_tables(created, connection))
+
+    def _recreating(
+        self, apply: Callable[[], ApplyResult], create: Callable[[], None]
+    ) -> ApplyResult:
+        """``apply()``; when it fails because a table is missing on the target, forget the
+        tables this process remembered there (dropped behind its back: by hand, or a test
+        that reuses a database name), create them again and apply once more. The failed
+        transaction was rolled back, so the second try applies nothing twice."""
+        try:
+            return apply()
+        except Exception as exc:
+            cause: BaseException | None = exc
+            while cause is not None and not self.dialect.missing_table(cause):
+                cause = cause.__cause__
+            if cause is None:
+                raise
+            key = self._pool_key()
+            _ENSURED.difference_update([e for e in _ENSURED if e[0] == key])
+            log.info("a table is missing on the target (%s); creating it again", describe(cause))
+            create()
+            return apply()
 
     def _apply(
         self,
@@ -379,7 +407,15 @@ class SqlSink:
             chosen = select(applied)
             if not chosen.progress:
                 return ApplyResult(shard, batch_id, skipped=chosen.skipped, checkpoints=applied)
-            writes = plan_writes(chosen.effects, self.config, self.dialect, batch_id, shard)
+            has = None
+            if DdlMode(self.config.ddl) is DdlMode.IGNORE:  # rows: the target's columns
+
+                def has(db: str, table: str) -> frozenset[str] | None:
+                    return self._target_has(cur, db, table)
+
+            writes = plan_writes(
+                chosen.effects, self.config, self.dialect, batch_id, shard, target_has=has
+            )
             upserts = deletes = 0
             for write in writes:
                 if write.delete:
@@ -397,48 +433,95 @@ class SqlSink:
                 )
         return ApplyResult(shard, batch_id, upserts, deletes, chosen.skipped, applied)
 
+    def _target_has(self, cur: Any, db: str, table: str) -> frozenset[str] | None:
+        """The target table's column names, asked once per process (``ddl: ignore``: the
+        sink never changes them)."""
+        target = map_database(self.config.database_map, db)
+        key = (self._pool_key(), target, table)
+        if key not in _TARGET_HAS:
+            found = self.dialect.target_columns(cur, target, table)
+            _TARGET_HAS[key] = None if found is None else frozenset(found)
+        return _TARGET_HAS[key]
+
     def _create_tables(self, tables: dict[tuple[str, str], Position], connection: Any) -> None:
-        """``CREATE ... IF NOT EXISTS`` each ``(database, table)`` as defined at its
-        position."""
+        """Create each ``(database, table)`` as defined at its position, when missing.
+
+        The target is asked first (its catalog), so a batch whose tables exist sends no
+        DDL at all: ``CREATE ... IF NOT EXISTS`` is logged by MySQL even when it does
+        nothing, an event for every replica of the target, and the source's own later
+        ``CREATE DATABASE`` would meet a database the sink made. Tables seen present are
+        remembered per process (by definition: a changed definition is asked again)."""
+        todo: dict[tuple[str, str], TableDef] = {}
+        for (db, table), position in tables.items():
+            tdef = self.config.schema.table_at(db, table, position)
+            if tdef is None:
+                raise SinkError(f"no table definition at {position}", table=f"{db}.{table}")
+            # By target name: two sinks of one server map a source database apart.
+            target = map_database(self.config.database_map, db)
+            if (self._pool_key(), target, table, tdef) not in _ENSURED:
+                todo[(db, table)] = tdef
+        if not todo:
+            return
 
         def work(conn: Any) -> None:
             with conn.cursor() as cur:
-                for sql in self.dialect.setup_lock_sql():
-                    cur.execute(sql)
-                for (db, table), position in tables.items():
-                    tdef = self.config.schema.table_at(db, table, position)
-                    if tdef is None:
-                        raise SinkError(f"no table definition at {position}", table=f"{db}.{table}")
+                locked = False
+                for (db, table), tdef in todo.items():
                     target = map_database(self.config.database_map, db)
-                    for sql in self.dialect.create_table_sql(target, tdef):
-                        cur.execute(sql)
+                    if self.dialect.target_columns(cur, target, table) is not None:
+                        continue
+                    if not locked:
+                        for sql in self.dialect.setup_lock_sql():
+                            cur.execute(sql)
+                        locked = True
+                    *schema_sql, table_sql = self.dialect.create_table_sql(target, tdef)
+                    if not self.dialect.schema_exists(cur, target):
+                        for sql in schema_sql:
+                            cur.execute(sql)
+                    cur.execute(table_sql)
 
         self._with_retries(work, what="create tables", connection=connection, creates=True)
+        _ENSURED.update(
+            (self._pool_key(), map_database(self.config.database_map, db), table, tdef)
+            for (db, table), tdef in todo.items()
+        )
 
     # -- DDL ------------------------------------------------------------------------------
 
-    def apply_ddl(self, change: Change, batch_id: int, *, connection: Any = None) -> bool:
-        """Apply one DDL change per ``config.ddl``; True when it ran now.
+    def apply_ddl(self, change: ChangeRow, batch_id: int, *, connection: Any = None) -> bool:
+        """Apply one schema change per ``config.ddl`` (:class:`DdlMode`); True when
+        statements ran now.
 
-        ``skip`` ignores it, ``fail`` raises :class:`SinkError`. ``apply`` runs the
-        statement (database names mapped) unless the DDL checkpoint row (shard ``-1``)
-        shows its sequence applied, then advances that row. DDL commits on its own in
-        MySQL, so a crash between the statement and the checkpoint update replays the
-        statement once: the error it then raises (such as "table exists") is reported.
+        A statement not about data (accounts, privileges, ...) is never applied, in any
+        mode. ``ignore`` does nothing; ``fail`` raises :class:`SinkError` naming the
+        statement and the setting. ``evolve``/``lenient`` turn the change into steps
+        (:mod:`headwater.sinks.schemachange`: from the source's definitions before and
+        after it, by the names the pipeline's renames give) unless the DDL checkpoint row
+        (shard ``-1``) shows its sequence applied, then advance that row. Steps check the
+        target first, so a crash between them and the checkpoint update replays nothing
+        twice.
         """
         mode = DdlMode(self.config.ddl)
-        if mode is DdlMode.SKIP:
+        schema = self.config.schema
+        scope = scope_of(change.sql or "", change.database, schema)
+        if not scope.about_data:
+            log.info("not applied (%s, not about data) at sequence %d", scope.kind, change.sequence)
+            return False
+        if mode is DdlMode.IGNORE:
             return False
         if mode is DdlMode.FAIL:
             raise SinkError(
-                "DDL change stopped the sink (ddl: fail)",
-                table=change.table_name or change.database,
+                f"schema change ({scope.kind}) stopped the sink (ddl: fail); set ddl to"
+                " lenient or evolve to apply schema changes, or ignore to skip them",
+                table=change.table_name if change.table else change.database,
                 statement=change.sql,
                 batch_id=batch_id,
                 resume_sequence=change.sequence,
             )
         ckpt = self.dialect.table_ref(self.config.checkpoint_database, "headwater_checkpoint")
         key = (self.config.pipeline, change.source, DDL_SHARD)
+        after_at = change.position
+        before_at = position_before(change.position)
 
         def work(conn: Any) -> bool:
             with conn.cursor() as cur:
@@ -451,33 +534,57 @@ class SqlSink:
                 if int(cur.fetchone()[0]) >= change.sequence:
                     return False
                 conn.commit()
-                for sql in self.dialect.ddl_statements(change, self.config):
-                    try:
-                        cur.execute(sql)
-                    except Exception as exc:
-                        if self.dialect.retryable(exc) is not False:
-                            raise
-                        raise SinkError(
-                            f"DDL failed: {describe(exc)}",
-                            table=change.table_name or change.database,
-                            statement=change.sql,
-                            batch_id=batch_id,
-                            resume_sequence=change.sequence,
-                        ) from exc
+                steps = plan_schema_change(
+                    mode,
+                    scope,
+                    change.sql or "",
+                    lambda db, t: schema.table_at(db, t, before_at),
+                    lambda db, t: schema.table_at(db, t, after_at),
+                    lambda db, t: self.dialect.target_columns(
+                        cur, map_database(self.config.database_map, db), t
+                    ),
+                    runs_source_sql=self.dialect.runs_mysql_ddl,
+                )
+                for step in steps:
+                    if step.op == "drop_database" and self.config.checkpoint_database == (
+                        map_database(self.config.database_map, step.database)
+                    ):
+                        log.warning("DROP DATABASE of the checkpoint database: not applied")
+                        continue
+                    if step.op in ("create_table", "source_sql"):
+                        target = map_database(self.config.database_map, step.database)
+                        if not self.dialect.schema_exists(cur, target):
+                            cur.execute(self.dialect.create_schema_sql(target))
+                    for sql in self.dialect.render_step(step, self.config):
+                        log.info("schema change at sequence %d: %s", change.sequence, sql)
+                        try:
+                            cur.execute(sql)
+                        except Exception as exc:
+                            if self.dialect.retryable(exc) is not False:
+                                raise
+                            raise SinkError(
+                                f"DDL failed: {describe(exc)} (running {sql!r})",
+                                table=change.table_name if change.table else change.database,
+                                statement=change.sql,
+                                batch_id=batch_id,
+                                resume_sequence=change.sequence,
+                            ) from exc
+                    if any(s.op in FORGETS for s in steps):
+                        _ENSURED.clear()
                 cur.execute(
                     f"UPDATE {ckpt} SET batch_id = %s, max_sequence = %s, applies = applies + 1,"
                     " rows_applied = 1, applied_at = CURRENT_TIMESTAMP(6)"
                     " WHERE pipeline = %s AND source = %s AND shard = %s",
                     (batch_id, change.sequence, *key),
                 )
-                return True
+                return bool(steps)
 
         ran, _ = self._with_retries(
             work,
             what=f"DDL at sequence {change.sequence}",
             connection=connection,
             resume=change.sequence,
-            pooled=False,  # DDL runs after USE: the session is not a clean one any more
+            pooled=False,  # DDL may run after USE: the session is not a clean one any more
         )
         return bool(ran)
 
@@ -489,6 +596,14 @@ class SqlSink:
         from headwater.sinks.glue import write_sql_batch
 
         write_sql_batch(self, df, batch_id)
+
+
+#: Tables this process saw on its targets (:meth:`SqlSink._create_tables`), by pool key,
+#: target database, table and definition.
+_ENSURED: set[tuple[Any, str, str, TableDef]] = set()
+
+#: Column names of target tables under ``ddl: ignore`` (:meth:`SqlSink._target_has`).
+_TARGET_HAS: dict[tuple[Any, str, str], frozenset[str] | None] = {}
 
 
 def _merge(a: ApplyResult, b: ApplyResult) -> ApplyResult:

@@ -75,11 +75,20 @@ class Write:
 
 
 def plan_writes(
-    effects: list[NetEffect], config: SqlSinkConfig, dialect: SqlDialect, batch_id: int, shard: int
+    effects: list[NetEffect],
+    config: SqlSinkConfig,
+    dialect: SqlDialect,
+    batch_id: int,
+    shard: int,
+    target_has: Callable[[str, str], frozenset[str] | None] | None = None,
 ) -> list[Write]:
     """The statements that write ``effects``: one :class:`Write` per table and statement
     shape, in the order of their first effect, values converted (raises :class:`SinkError`
-    naming the first effect that cannot be written)."""
+    naming the first effect that cannot be written).
+
+    ``target_has(database, table)`` (``ddl: ignore``): the columns the target table has
+    (None: unknown); an upsert then writes only those, the source's other columns are
+    left out."""
     rules = ValueRules(config.zero_dates, dialect.text_bytes)
     groups: dict[tuple[str, str, bool, tuple[str, ...]], Write] = {}
     # Rows of one binlog event share a position object: look each definition up once
@@ -97,8 +106,9 @@ def plan_writes(
         names = tuple(effect.key if delete else effect.image or {})
         shape = shapes.get((id(tdef), delete, names))
         if shape is None:
+            has = None if target_has is None else target_has(effect.database, effect.table)
             shape = shapes[(id(tdef), delete, names)] = _shape(
-                effect, tdef, delete, names, rules, batch_id, shard
+                effect, tdef, delete, names, rules, batch_id, shard, has
             )
         return shape
 
@@ -150,11 +160,15 @@ def _shape(
     rules: ValueRules,
     batch_id: int,
     shard: int,
+    has: frozenset[str] | None = None,
 ) -> Shape:
     # A delete names the key's columns in key order (its statement's ``(k1, k2) IN``
-    # lists them so); an upsert writes the image's columns in table order.
+    # lists them so); an upsert writes the image's columns in table order (those the
+    # target has, under ``ddl: ignore``).
     known = {c.name for c in tdef.columns}
     columns = names if delete else tuple(c.name for c in tdef.columns if c.name in names)
+    if has is not None and not delete:
+        columns = tuple(c for c in columns if c in has)
     unknown = set(names) - known
     if unknown:
         raise _effect_error(

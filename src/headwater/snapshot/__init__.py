@@ -2,20 +2,21 @@
 
 Tables are split by key into chunks (:mod:`~headwater.snapshot.chunking`); each chunk is
 read by a Spark task between a low and a high watermark and reconciled with the change
-log's window (:mod:`~headwater.snapshot.watermarks`, :mod:`~headwater.snapshot.reader`);
+log's window (:mod:`~headwater.snapshot.watermarks`, :mod:`~headwater.snapshot.chunks`);
 waves of chunks go through the pipeline's transforms to its sinks with sequences that
-interleave with the stream (:mod:`~headwater.snapshot.spark`); a JSON state file makes a
+interleave with the stream (:mod:`~headwater.snapshot.runner`); a JSON state file makes a
 snapshot resumable at chunk granularity (:mod:`~headwater.snapshot.state`). Into
 MySQL/MariaDB sinks behind rename-only transforms, chunks take the bulk path
 (:mod:`~headwater.snapshot.bulk`: the servers format and load the rows, only the window's
-changes become change rows). Modes and entry points: :mod:`~headwater.snapshot.run`;
-signal-table triggers: :mod:`~headwater.snapshot.signals`. User documentation:
+changes become change rows). Modes: :mod:`~headwater.snapshot.modes`; signal-table
+triggers: :mod:`~headwater.snapshot.signals`. A pipeline runs snapshots into its sinks
+with :mod:`headwater.pipeline.snapshots`. User documentation:
 docs/configuration.md, "Snapshots"; docs/operations.md, "Snapshots".
 """
 
-from headwater.snapshot.run import SnapshotMode, plan_snapshot, run_snapshot, stream_config
+from headwater.snapshot.modes import SnapshotMode, plan_snapshot
+from headwater.snapshot.runner import SnapshotOptions, SnapshotResult, SnapshotRunner
 from headwater.snapshot.signals import SnapshotRequest, watch_signals
-from headwater.snapshot.spark import SnapshotOptions, SnapshotResult, SnapshotRunner
 
 __all__ = [
     "SnapshotMode",
@@ -24,7 +25,5 @@ __all__ = [
     "SnapshotResult",
     "SnapshotRunner",
     "plan_snapshot",
-    "run_snapshot",
-    "stream_config",
     "watch_signals",
 ]

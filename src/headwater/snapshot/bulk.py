@@ -1,12 +1,13 @@
 """The bulk path of a chunk: the source formats the rows, the target loads them, Python
 moves bytes; only the chunk's window changes go through the sinks as change rows.
 
-Used for a table when every sink of the snapshot has a bulk form
-(:func:`headwater.sinks.mysql.bulk.bulk_target`: MySQL/MariaDB sinks keeping zero dates,
-behind transforms that only rename databases and tables), every column type of the table
-has a text form (:func:`~headwater.sinks.mysql.bulk.line_sql`), and each target accepts
-``LOAD DATA LOCAL``. Anything that edits row values (masks, filters, computed columns,
-rules) keeps the general path of :mod:`headwater.snapshot.reader`.
+Used for a table when every sink of the snapshot has the bulk-load capability
+(:func:`bulk_target`: a :class:`~headwater.sinks.base.BulkLoad`; today MySQL/MariaDB
+sinks keeping zero dates, behind transforms that only rename databases and tables), every
+column type of the table has a text form (``BulkLoad.line_sql``), and each target
+accepts bulk loads (``LOAD DATA LOCAL``). Anything that edits row values (masks,
+filters, computed columns, rules) keeps the general path of
+:mod:`headwater.snapshot.chunks`.
 
 A bulk chunk (:func:`run_bulk_chunk`), with the watermarks of
 :mod:`headwater.snapshot.watermarks`::
@@ -23,7 +24,7 @@ A bulk chunk (:func:`run_bulk_chunk`), with the watermarks of
           rows, and the chunk's metadata
 
 The driver writes the emitted changes, with the wave's catch-up, through the sinks
-(:mod:`headwater.snapshot.spark`), after every load of the wave. Why the result equals
+(:mod:`headwater.snapshot.runner`), after every load of the wave. Why the result equals
 the general path's: the general path writes, per key of the chunk, the row as read with
 the effect of the window's changes applied in sequence order (reconciliation). Here the
 row as read is in the target after the load; the window's changes of the key follow in
@@ -41,7 +42,7 @@ skips them; the catch-up of the chunk's keys starts after ``last(high)``.
 
 Costs: the source builds each chunk's text in memory (at most ``max_allowed_packet``
 bytes, beyond which the chunk is read row by row), and all chunks of a wave run at once
-(:mod:`headwater.snapshot.spark`), so ``wave_chunks`` bounds both the source's extra
+(:mod:`headwater.snapshot.runner`), so ``wave_chunks`` bounds both the source's extra
 memory and the concurrent loads on each target. The text passes through a temporary file
 of the Spark task's machine (``LOAD DATA LOCAL`` sends a named file).
 
@@ -61,7 +62,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from headwater.changes import ChangeRow
+from headwater.changes.schema import change_row_values
 from headwater.schema.model import TableDef
+from headwater.sinks.base import BulkLoad, Renames, bulk_load_of
 from headwater.snapshot.chunking import range_predicate
 from headwater.snapshot.keys import decode_key
 from headwater.snapshot.watermarks import (
@@ -72,11 +75,34 @@ from headwater.snapshot.watermarks import (
     snapshot_position,
     wait_caught_up,
 )
-from headwater.spark.schema import change_row_values
 
-__all__ = ["chunk_events", "read_lines", "run_bulk_chunk"]
+__all__ = ["bulk_renames", "bulk_target", "chunk_events", "read_lines", "run_bulk_chunk"]
 
 _LF = b"\n"
+
+
+def bulk_renames(transforms: Iterable[Any]) -> Renames | None:
+    """``transforms`` as the renames a bulk load applies, or None when one does more than
+    rename databases and tables (values must then go through the transforms)."""
+    from headwater.spark.transforms import RenameDatabaseSpec, RenameTableSpec
+
+    renames: list[tuple[str, tuple[tuple[str, str], ...]]] = []
+    for spec in transforms:
+        if isinstance(spec, RenameDatabaseSpec):
+            kind = "database"
+        elif isinstance(spec, RenameTableSpec):
+            kind = "table"
+        else:
+            return None
+        renames.append((kind, tuple((str(k), str(v)) for k, v in spec.mapping.items())))
+    return tuple(renames)
+
+
+def bulk_target(sink: Any, transforms: Iterable[Any]) -> BulkLoad | None:
+    """The bulk-load capability of ``sink`` behind ``transforms``, or None when rows must
+    take the general path (the sink has none, or a transform edits values)."""
+    renames = bulk_renames(transforms)
+    return None if renames is None else bulk_load_of(sink, renames)
 
 
 def chunk_events(
@@ -175,7 +201,7 @@ def run_bulk_chunk(
     """One chunk on the bulk path (module docstring): loads it into every target of
     ``task.bulk``, yields ``("row", change-row tuple)`` per window change of its keys,
     then ``("meta", dict)``. ``conn`` is a source connection with autocommit off;
-    ``conns`` (:class:`~headwater.snapshot.reader.ChunkConnections`) lends target
+    ``conns`` (:class:`~headwater.snapshot.chunks.ChunkConnections`) lends target
     connections."""
     key_cols = tuple(c.name for c in task.key.columns)
     lo, hi = decode_key(task.lo), decode_key(task.hi)

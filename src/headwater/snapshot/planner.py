@@ -15,8 +15,8 @@ from typing import Any
 
 from headwater.errors import ConfigError
 from headwater.snapshot.chunking import SqlKeySpace, plan_boundaries
+from headwater.snapshot.chunks import TaskLog
 from headwater.snapshot.keys import KeyColumn, KeyOrder, choose_key, encode_key
-from headwater.snapshot.reader import TaskLog
 from headwater.snapshot.state import SnapshotState
 
 __all__ = ["key_order", "parse_tables", "plan_state"]

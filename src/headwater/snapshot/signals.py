@@ -8,7 +8,7 @@ A signal is a row inserted into a table on the source (default ``headwater.signa
 
 The reader captures it like any change (its filters must include the signal table). A
 running pipeline with a ``snapshot`` section finds it in its change stream and runs the
-re-snapshot (:mod:`headwater.spark.runner` says how, and why it is exact);
+re-snapshot (:mod:`headwater.pipeline.runner` says how, and why it is exact);
 :func:`signal_requests` / :func:`watch_signals` pick the requests out of change rows, in
 log order. Other signal types are ignored (logged). :func:`send_signal` writes one (what
 ``headwater snapshot --signal`` does).
@@ -16,6 +16,7 @@ log order. Other signal types are ignored (logged). :func:`send_signal` writes o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from headwater.connections import SourceConnection
 
 __all__ = [
     "SIGNAL_TABLE",
@@ -94,29 +97,20 @@ def watch_signals(changes: Any, table: str = SIGNAL_TABLE) -> list[SnapshotReque
 
 
 def send_signal(
-    connection: Any,
+    connection: SourceConnection,
     tables: Sequence[str],
     *,
     table: str = SIGNAL_TABLE,
     signal_id: str | None = None,
 ) -> str:
     """Insert a ``snapshot`` signal for ``tables`` into ``table`` on the source behind
-    ``connection`` (a :class:`~headwater.sinks.base.ConnectionOptions`), creating the
+    ``connection`` (a :class:`~headwater.connections.SourceConnection`), creating the
     database and table when missing; returns the signal's id."""
-    import pymysql
-
     db, _, name = table.partition(".")
     ref = f"`{db.replace('`', '``')}`.`{name.replace('`', '``')}`"
     ident = signal_id or f"snapshot-{uuid.uuid4().hex[:12]}"
-    conn = pymysql.connect(
-        host=connection.host,
-        port=connection.port,
-        user=connection.user,
-        password=connection.password(),
-        connect_timeout=connection.connect_timeout_s,
-        autocommit=True,
-        charset="utf8mb4",
-    )
+    # No default database: the signal's may not exist yet.
+    conn = dataclasses.replace(connection, database=None).connect_mysql(autocommit=True)
     try:
         with conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db.replace('`', '``')}`")

@@ -16,7 +16,7 @@ Invariants: a chunk is in ``done`` only after every sink committed its rows and 
 changes of its keys up to ``emitted_seq``; the file is replaced atomically (temp file,
 fsync, rename, fsync of the directory), so after a crash it holds the state before or
 after one wave, never a torn one. A chunk not in ``done`` is read again on resume (the
-sinks make that idempotent: see :mod:`headwater.snapshot.spark`).
+sinks make that idempotent: see :mod:`headwater.snapshot.runner`).
 """
 
 from __future__ import annotations

@@ -58,9 +58,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headwater.changes.schema import image_json
+from headwater.changes.sequence import sequence_of
 from headwater.errors import HeadwaterError
 from headwater.position import Position, binlog_file_number
-from headwater.spark.schema import image_json
 
 __all__ = [
     "READ_MARK",
@@ -77,7 +78,6 @@ __all__ = [
 
 #: Bit set in the row part of a snapshot row's sequence.
 READ_MARK = 0x800000
-_ROW_BITS = 24
 _GTID_EVENTS = frozenset({"Gtid", "Anonymous_Gtid"})
 
 
@@ -113,7 +113,7 @@ def read_sequence(last_seq: int, wave: int) -> int:
     docstring)."""
     if not 0 <= wave < READ_MARK:
         raise ValueError(f"wave {wave} out of range")
-    return (last_seq << _ROW_BITS) | READ_MARK | wave
+    return sequence_of(last_seq, READ_MARK | wave)
 
 
 def master_status(conn: Any) -> Coordinate:

@@ -140,9 +140,9 @@ class HttpLog:
         cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         self._conn = cls(url.hostname, url.port, timeout=timeout)
         if decoding:
-            self._load_decoding()
+            self.load_decoding()
 
-    def _load_decoding(self) -> None:
+    def load_decoding(self) -> None:
         """The source's FORMAT_DESCRIPTION and schema history, from ``/v1/decoding``, so
         that records decode here exactly as in the reader (MINIMAL metadata included)."""
         from headwater.schema.history import SchemaHistory

@@ -21,6 +21,7 @@ log retains it.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from headwater.changes.sequence import ROW_LIMIT
 from headwater.errors import ConfigError
 from headwater.position import BinlogCoordinate, Position, binlog_file_number, parse_gtid_set
 from headwater.store import EARLIEST, LATEST, AtSeq, AtTime, Start
@@ -64,6 +66,8 @@ _KNOWN = {
     "task",
     "path",
     "token",
+    "tokenfile",
+    "tokenenv",
     "tables",
     "ddl",
     "source",
@@ -82,8 +86,10 @@ _KNOWN = {
 class TableMatcher:
     """The ``tables`` option: ``db.table`` and ``db.*`` patterns (None: every table).
 
-    Matching is exact and case-sensitive, as the server's filter is. DDL is not filtered by
-    table (a record without tables, such as DDL, always passes :meth:`record_wanted`).
+    Matching is exact and case-sensitive, as the server's filter is. A record without
+    tables always passes :meth:`record_wanted`; its DDL statements are then filtered by
+    :meth:`wants_ddl`, by the objects :func:`headwater.schema.ddlscope.ddl_scope` finds in
+    them (never by matching the statement's text).
     """
 
     patterns: tuple[str, ...] | None = None
@@ -96,6 +102,13 @@ class TableMatcher:
             if db == database and (tbl in ("*", table)):
                 return True
         return False
+
+    def wants_ddl(self, sql: str, default_db: str) -> bool:
+        """Whether a DDL statement reaches this reader: it is about data and touches a
+        wanted table, or a wanted database as a whole (``db.*``: database DDL, routines,
+        unparsed statements scoped by their default database) -- a pipeline of
+        ``shop.x`` never gets ``DROP DATABASE otherdb`` nor ``CREATE USER``."""
+        return _ddl_wanted(self, sql, default_db)
 
     def record_wanted(self, tables: tuple[tuple[str, int], ...]) -> bool:
         """Whether a store record (by its header's table list) may hold wanted changes."""
@@ -117,7 +130,11 @@ class SourceOptions:
     task: str
     path: str | None = None
     server: str | None = None
-    token: str | None = None
+    #: the API token, resolved where the options are parsed (the driver) from ``tokenFile``
+    #: or ``tokenEnv`` and carried inside the pickled reader and partitions, so that it
+    #: is in no option string (plans, the UI, event logs) and no executor needs the file
+    #: or the variable; never in ``repr``
+    token: str | None = field(default=None, repr=False)
     tables: TableMatcher = TableMatcher()
     ddl: bool = True
     source: str = ""
@@ -280,6 +297,37 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     return low == "true"
 
 
+def _token(opts: Mapping[str, str]) -> str | None:
+    """The API token: ``tokenFile`` (first line) or ``tokenEnv`` (a variable's name), read
+    now; ``token`` (inline: it shows in plans and the UI) is still accepted for direct
+    API use. Errors name the option, never the value."""
+    given = [k for k in ("token", "tokenfile", "tokenenv") if k in opts]
+    if len(given) > 1:
+        names = {"token": "token", "tokenfile": "tokenFile", "tokenenv": "tokenEnv"}
+        raise ConfigError(
+            f"give only one of {', '.join(names[k] for k in given)}", field=names[given[1]]
+        )
+    if "tokenfile" in opts:
+        try:
+            with open(opts["tokenfile"], encoding="utf-8") as f:
+                token = f.readline().strip()
+        except OSError as e:
+            raise ConfigError(
+                f"cannot read the token file: {e.strerror}", field="tokenFile"
+            ) from None
+        if not token:
+            raise ConfigError("the token file is empty", field="tokenFile")
+        return token
+    if "tokenenv" in opts:
+        value = os.environ.get(opts["tokenenv"], "").strip()
+        if not value:
+            raise ConfigError(
+                f"environment variable {opts['tokenenv']} is not set or empty", field="tokenEnv"
+            )
+        return value
+    return opts.get("token")
+
+
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Parse the source's options (keys case-insensitive; see the module docstring)."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
@@ -314,7 +362,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         task=task,
         path=path,
         server=server,
-        token=opts.get("token"),
+        token=_token(opts),
         tables=_tables(opts.get("tables")),
         ddl=_bool(opts, "ddl", True),
         source=opts.get("source", ""),
@@ -343,7 +391,7 @@ class LogOffset:
     last_position: Position | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.seq < 1 or self.row < 0 or self.row >= 1 << 24:
+        if self.seq < 1 or self.row < 0 or self.row >= ROW_LIMIT:
             raise ValueError(f"bad offset seq={self.seq} row={self.row}")
 
     def key(self) -> tuple[int, int]:
@@ -367,3 +415,16 @@ class LogOffset:
             return cls(seq, row, last)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"not a headwater offset: {doc!r} ({e})", field="offset") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _ddl_wanted(matcher: TableMatcher, sql: str, default_db: str) -> bool:
+    # Cached: a statement is classified once per process (sqlglot costs ~1 ms).
+    from headwater.schema.ddlscope import ddl_scope
+
+    scope = ddl_scope(sql, default_db)
+    if not scope.about_data:
+        return False
+    if matcher.patterns is None:
+        return True
+    return any(matcher(db, "*" if table is None else table) for db, table in scope.objects)

@@ -15,7 +15,7 @@ Reading (executors). :func:`read_slice` opens its own log (task directory or HTT
 connection), reads the slice's records one at a time, decodes each into change blocks
 (:func:`headwater.changes.decode_blocks`: one per rows event, the rows as value tuples)
 and yields ``pyarrow.RecordBatch`` es of the change schema
-(:func:`headwater.spark.schema.change_arrow_schema`) of at most :data:`BATCH_ROWS` rows,
+(:func:`headwater.changes.schema.change_arrow_schema`) of at most :data:`BATCH_ROWS` rows,
 the same rows as :func:`headwater.changes.decode_record` would give (a differential test
 holds the two equal). Memory is one record plus one batch: a large transaction is
 stored as chunk records and a slice boundary may fall between its chunks (or inside one,
@@ -36,13 +36,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pyspark.sql.datasource import InputPartition
 
-from headwater.binlog.dump import json_default
+from headwater.binlog.dump import json_default, printable_name
 from headwater.changes import ChangeBlock, ChangeRow, decode_blocks, decode_record
+from headwater.changes.schema import CHANGE_COLUMNS, change_arrow_schema, image_json
+from headwater.changes.sequence import sequence_of
 from headwater.gcpause import gc_paused
 from headwater.position import Position
 from headwater.spark.logaccess import LocalLog, open_log
 from headwater.spark.offsets import LogOffset, SourceOptions
-from headwater.spark.schema import CHANGE_COLUMNS, change_arrow_schema, image_json
 from headwater.store import Record
 
 if TYPE_CHECKING:
@@ -85,7 +86,12 @@ def changes_of(record: Record, options: SourceOptions, log: LocalLog | HttpLog) 
     """The record's changes, indexed as offsets count them (before the ``ddl`` option)."""
     want = None if options.tables.patterns is None else options.tables
     return decode_record(
-        record, source=options.source_name, fde=log.fde, schema=log.schema, want=want
+        record,
+        source=options.source_name,
+        fde=log.fde,
+        schema=log.schema,
+        want=want,
+        want_ddl=options.tables.wants_ddl,
     )
 
 
@@ -190,8 +196,9 @@ class _Columns:
         gtid_text: str = record.gtid
         for column, value in (
             (sources, source),
-            (database, block.database),
-            (table, block.table),
+            # Arrow strings must be UTF-8: undecodable name bytes (surrogate escapes) as \xNN.
+            (database, printable_name(block.database)),
+            (table, printable_name(block.table)),
             (op, block.op),
             (ts_us, record.ts_us),
             (commit_ts, record.ts_us),
@@ -204,14 +211,14 @@ class _Columns:
             (schema_version, record.schema_version),
         ):
             column += [value] * m
-        first = (record.seq << 24) | block.first
+        first = sequence_of(record.seq, block.first)
         sequence += range(first + lo, first + hi)
         if block.op == "ddl":
             key.append(None)
             before.append(None)
             after.append(None)
             old_key.append(None)
-            sql.append(block.sql)
+            sql.append(None if block.sql is None else printable_name(block.sql))
         else:
             sql += [None] * m
             _images(block, lo, hi, (key, before, after, old_key))
@@ -244,8 +251,8 @@ _JsonColumns = tuple[list[_Json], list[_Json], list[_Json], list[_Json]]
 
 def _images(block: ChangeBlock, lo: int, hi: int, columns: _JsonColumns) -> None:
     """The JSON columns of rows ``[lo, hi)`` of a rows block: the same text as
-    :func:`~headwater.spark.schema.image_json` of :class:`ChangeRow` images, and
-    ``before_key`` as :func:`~headwater.spark.schema.before_key`.
+    :func:`~headwater.changes.schema.image_json` of :class:`ChangeRow` images, and
+    ``before_key`` as :func:`~headwater.changes.schema.before_key`.
 
     orjson refuses strings holding surrogate escapes (bytes invalid in the column's
     charset) with a TypeError; then the block is done again through ``image_json``,
@@ -333,7 +340,12 @@ def _read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
             if not options.tables.record_wanted(rec.tables):
                 continue
             blocks = decode_blocks(
-                rec, source=options.source_name, fde=log.fde, schema=log.schema, want=want
+                rec,
+                source=options.source_name,
+                fde=log.fde,
+                schema=log.schema,
+                want=want,
+                want_ddl=options.tables.wants_ddl,
             )
             first = lo_row if rec.seq == lo_seq else 0
             stop = hi_row if rec.seq == hi_seq else None

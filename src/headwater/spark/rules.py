@@ -4,7 +4,7 @@ A rule file is a Python module that defines::
 
     def rule(change: dict) -> dict | None: ...
 
-``change`` has the keys of the change row (:data:`headwater.spark.schema.CHANGE_COLUMNS`):
+``change`` has the keys of the change row (:data:`headwater.changes.schema.CHANGE_COLUMNS`):
 ``source``, ``database``, ``table``, ``op``, ``ts_us``, ``commit_ts`` (an aware UTC
 ``datetime``), ``change_id``, ``file_num``, ``offset``, ``event_index``, ``gtid``,
 ``txn_id``, ``sequence``, ``schema_version``, ``sql``, and ``key``, ``before``, ``after`` as
@@ -30,13 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headwater.changes.schema import CHANGE_COLUMNS
 from headwater.errors import HeadwaterError
-from headwater.spark.schema import CHANGE_COLUMNS
 
 __all__ = ["RuleError", "RuleScript", "load_rule_script", "position_text"]
 
-Change = dict[str, Any]
-RowOp = Callable[[Change], "Change | None"]
+#: The form a rule sees a change in: a dict of the change-row columns with the images
+#: as dicts (user code's contract; the pipeline's change type is
+#: :class:`headwater.changes.ChangeRow`, columnar as Arrow on the hot path).
+ChangeDict = dict[str, Any]
+RowOp = Callable[[ChangeDict], "ChangeDict | None"]
 
 _COLUMNS = frozenset(name for name, _ in CHANGE_COLUMNS)
 
@@ -74,7 +77,7 @@ def load_rule_script(path: str | Path) -> RuleScript:
     return script
 
 
-def position_text(change: Change) -> str:
+def position_text(change: ChangeDict) -> str:
     """``db.table op at position C:F:O:E (sequence N)`` for messages about a change."""
     return (
         f"{change.get('database')}.{change.get('table')} {change.get('op')} at position "
@@ -83,8 +86,8 @@ def position_text(change: Change) -> str:
     )
 
 
-def _checked(path: str, fn: Callable[[Change], Any]) -> RowOp:
-    def run(change: Change) -> Change | None:
+def _checked(path: str, fn: Callable[[ChangeDict], Any]) -> RowOp:
+    def run(change: ChangeDict) -> ChangeDict | None:
         where = position_text(change)
         try:
             result = fn(change)

@@ -8,7 +8,7 @@
           .option("tables", "shop.*").option("maxRowsPerTrigger", "10000")
           .load())
 
-Rows have the change schema of :mod:`headwater.spark.schema`. Options are in
+Rows have the change schema of :mod:`headwater.changes.schema`. Options are in
 :mod:`headwater.spark.offsets` and docs/formats.md ("Spark source").
 
 Contracts (pyspark's ``datasource.py``): the :class:`DataSource` and its readers are
@@ -52,10 +52,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from headwater.changes.schema import change_schema
 from headwater.spark.logaccess import HttpLog, LocalLog, open_log
 from headwater.spark.offsets import LogOffset, SourceOptions, parse_options
 from headwater.spark.partitions import LogSlice, plan_slices, read_slice, scan_batch
-from headwater.spark.schema import change_schema
 
 if TYPE_CHECKING:
     import pyarrow

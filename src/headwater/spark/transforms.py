@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from headwater.spark.rules import Change, RowOp, RuleError, RuleScript, position_text
+from headwater.spark.rules import ChangeDict, RowOp, RuleError, RuleScript, position_text
 
 if TYPE_CHECKING:
     import pyarrow
@@ -239,7 +239,7 @@ class _Tables:
         self._regex = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
         self._cache: dict[tuple[str, str], bool] = {}
 
-    def __call__(self, change: Change) -> bool:
+    def __call__(self, change: ChangeDict) -> bool:
         if self._regex is None:
             return True
         db, table = change["database"], change["table"]
@@ -249,10 +249,10 @@ class _Tables:
         return hit
 
 
-def _per_table(tables: tuple[str, ...], edit: Callable[[Change], Change | None]) -> RowOp:
+def _per_table(tables: tuple[str, ...], edit: Callable[[ChangeDict], ChangeDict | None]) -> RowOp:
     match = _Tables(tables)
 
-    def op(change: Change) -> Change | None:
+    def op(change: ChangeDict) -> ChangeDict | None:
         if change["op"] == "ddl" or not match(change):
             return change
         return edit(change)
@@ -261,7 +261,7 @@ def _per_table(tables: tuple[str, ...], edit: Callable[[Change], Change | None])
 
 
 def _edit_images(images: tuple[str, ...], fn: Callable[[dict[str, Any]], None]) -> RowOp:
-    def edit(change: Change) -> Change:
+    def edit(change: ChangeDict) -> ChangeDict:
         for name in images:
             image = change.get(name)  # before_key may be absent from a rule's dict
             if image is not None:
@@ -312,7 +312,7 @@ def row_op(spec: TransformSpec, index: int = 0) -> RowOp:
     if isinstance(spec, RenameDatabaseSpec):
         databases = dict(spec.mapping)
 
-        def rename_db(change: Change) -> Change:
+        def rename_db(change: ChangeDict) -> ChangeDict:
             new = databases.get(change["database"])
             if new is not None:
                 change["database"] = new
@@ -322,7 +322,7 @@ def row_op(spec: TransformSpec, index: int = 0) -> RowOp:
     if isinstance(spec, RenameTableSpec):
         tables = {tuple(k.split(".", 1)): v for k, v in spec.mapping.items()}
 
-        def rename_table(change: Change) -> Change:
+        def rename_table(change: ChangeDict) -> ChangeDict:
             new = tables.get((change["database"], change["table"]))
             if new is not None:
                 db, _, table = new.rpartition(".")
@@ -347,7 +347,7 @@ def _compute_merge(index: int, names: tuple[str, ...], match: _Tables) -> RowOp:
     """Moves the helper columns of a computed-column transform into the images (helpers
     are dropped from every change, merged only into matching tables' row changes)."""
 
-    def merge(change: Change) -> Change:
+    def merge(change: ChangeDict) -> ChangeDict:
         applies = change["op"] != "ddl" and match(change)
         for image in ("before", "after"):
             values = change[image]
@@ -484,7 +484,7 @@ class _RowPass:
             yield pa.RecordBatch.from_pylist(out, schema=schema)
 
 
-def _parse(row: dict[str, Any]) -> Change:
+def _parse(row: dict[str, Any]) -> ChangeDict:
     for name in IMAGES:
         text = row.get(name)
         if text is not None:
@@ -492,7 +492,7 @@ def _parse(row: dict[str, Any]) -> Change:
     return row
 
 
-def _dump(change: Change) -> Change:
+def _dump(change: ChangeDict) -> ChangeDict:
     for name in IMAGES:
         image = change.get(name)
         if image is not None:
@@ -500,8 +500,8 @@ def _dump(change: Change) -> Change:
     return change
 
 
-def _run(ops: list[RowOp], change: Change) -> Change | None:
-    current: Change | None = change
+def _run(ops: list[RowOp], change: ChangeDict) -> ChangeDict | None:
+    current: ChangeDict | None = change
     for op in ops:
         try:
             current = op(current)  # type: ignore[arg-type]
@@ -568,6 +568,24 @@ class TransformedSchema:
             primary_key=tuple(key),
             unique_keys=(),
         )
+
+    def source_name(self, database: str, table: str) -> tuple[str, str]:
+        """The source's name of a table named ``(database, table)`` after the renames."""
+        return self._source_name(database, table)
+
+    def target_name(self, database: str, table: str) -> tuple[str, str]:
+        """The name after the renames of the source's table ``(database, table)`` (sinks
+        apply schema changes by these names: DDL text keeps the source's)."""
+        name = (database, table)
+        for spec in self.specs:
+            if isinstance(spec, RenameDatabaseSpec):
+                name = (spec.mapping.get(name[0], name[0]), name[1])
+            elif isinstance(spec, RenameTableSpec):
+                new = spec.mapping.get(f"{name[0]}.{name[1]}")
+                if new is not None:
+                    db, _, tbl = new.rpartition(".")
+                    name = (db or name[0], tbl)
+        return name
 
     def _source_name(self, database: str, table: str) -> tuple[str, str]:
         name = (database, table)

@@ -7,9 +7,9 @@ and size, and compressed when old. Formats are in ``record.py``, ``segment.py``,
 ``index.py`` and ``catalog.py``, and in docs/formats.md ("Change log store").
 """
 
+from headwater.store.cursor import EARLIEST, LATEST, AtSeq, AtTime, LogReader, Start, Transaction
 from headwater.store.log import ChangeLog, LogInfo
 from headwater.store.options import Durability, StoreOptions
-from headwater.store.reader import EARLIEST, LATEST, AtSeq, AtTime, LogReader, Start, Transaction
 from headwater.store.record import FIRST_CHUNK, LAST_CHUNK, WHOLE, Record
 from headwater.store.segment import SegmentMeta
 from headwater.store.state import ChangeIdInfo, ReaderState

@@ -10,9 +10,9 @@ written but unsynced, or when someone waits in ``wait_acked``) and runs one cycl
 2. take the *written mark* (segment, end, seq of the last whole transaction handed to the
    OS, and the descriptor it was written to) and ``fdatasync`` it while appends go on into
    the page cache;
-3. publish the mark (``ChangeLog._publish``, monotone), which wakes waiters and readers.
+3. publish the mark (``Published.publish``, monotone), which wakes waiters and readers.
 
-Invariants: the flusher never holds ``_lock`` during I/O; it syncs only descriptors taken
+Invariants: the flusher never holds the published lock during I/O; it syncs only descriptors taken
 from a mark, and closes descriptors retired by a segment roll only at the start of its
 next cycle, so a sync is never run on a closed (or reused) descriptor. It also starts the
 time-based roll of an idle log (``roll_interval_s``), so an idle active segment is sealed
@@ -31,7 +31,7 @@ from headwater.errors import StoreError
 from headwater.store.options import Durability
 
 if TYPE_CHECKING:
-    from headwater.store.log import ChangeLog
+    from headwater.store.writer import Writer
 
 __all__ = ["Flusher"]
 
@@ -39,10 +39,10 @@ log = logging.getLogger(__name__)
 
 
 class Flusher:
-    """The flusher thread of one writable :class:`~headwater.store.log.ChangeLog`."""
+    """The flusher thread of one :class:`~headwater.store.writer.Writer`."""
 
-    def __init__(self, owner: ChangeLog) -> None:
-        self._log = owner
+    def __init__(self, writer: Writer) -> None:
+        self._w = writer
         self._thread = threading.Thread(target=self.run, name="headwater-store-flush", daemon=True)
 
     def start(self) -> None:
@@ -52,57 +52,58 @@ class Flusher:
         self._thread.join()
 
     def run(self) -> None:
-        lg = self._log
-        opts = lg._opts
+        w = self._w
+        pub, segs = w.pub, w.segs
+        opts = w.opts
         group_s = opts.group_commit_ms / 1000.0
         group_bytes = opts.group_commit_bytes
-        cond = lg._flush_cond
+        cond = pub.flush_cond
         while True:
-            with lg._lock:
-                while lg._dirty_since is None and not lg._closed:
-                    cond.wait(lg._idle_wait())
-                    if lg._dirty_since is None and not lg._closed and lg._roll_timer_due():
+            with pub.lock:
+                while w.dirty_since is None and not pub.closed:
+                    cond.wait(segs.idle_wait())
+                    if w.dirty_since is None and not pub.closed and segs.timer_due():
                         break
-                if lg._closed:
+                if pub.closed:
                     return
-                if lg._dirty_since is not None:
-                    deadline = lg._dirty_since + group_s
-                    while not lg._closed and not lg._waiters and lg._unsynced < group_bytes:
+                if w.dirty_since is not None:
+                    deadline = w.dirty_since + group_s
+                    while not pub.closed and not w.waiters and w.unsynced < group_bytes:
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:
                             break
                         cond.wait(remaining)
-                    if lg._closed:
+                    if pub.closed:
                         return
             try:
                 self.cycle()
-                lg._roll_if_idle()
+                w.roll_if_idle()
             except StoreError:
                 return
 
     def cycle(self) -> None:
         """One group commit: write what an idle appender left, sync to the mark, publish."""
-        lg = self._log
-        with lg._lock:
-            idle = bool(lg._buf) and (
-                lg._waiters > 0
-                or time.monotonic() - lg._buf_since >= lg._opts.group_commit_ms / 1000.0
+        w = self._w
+        pub = w.pub
+        with pub.lock:
+            idle = bool(w.buf) and (
+                w.waiters > 0 or time.monotonic() - w.buf_since >= w.opts.group_commit_ms / 1000.0
             )
         if idle:
-            lg._write_out()
-        with lg._lock:
-            retired, lg._retired = lg._retired, []
-            mark = lg._written
-            lg._unsynced = 0
-            lg._dirty_since = lg._buf_since if lg._buf else None
-            lg._cond.notify_all()
+            w.write_out()
+        with pub.lock:
+            retired, w.segs.retired = w.segs.retired, []
+            mark = w.written
+            w.unsynced = 0
+            w.dirty_since = w.buf_since if w.buf else None
+            pub.cond.notify_all()
         for fd in retired:
             os.close(fd)
-        if mark is None or mark.seq <= lg._acked:
+        if mark is None or mark.seq <= pub.acked:
             return
-        if lg._opts.durability is not Durability.NONE:
+        if w.opts.durability is not Durability.NONE:
             try:
                 os.fdatasync(mark.fd)
             except BaseException as e:
-                raise lg._fail(e) from e
-        lg._publish(mark.base, mark.end, mark.seq)
+                raise pub.fail(e) from e
+        pub.publish(mark.base, mark.end, mark.seq)

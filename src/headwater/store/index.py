@@ -13,9 +13,11 @@ little-endian)::
     40   8  ts_us          commit timestamp of that record
     48   8  max_ts_before  max ts_us of all records of the segment before that record (0: none)
     56   1  gtid_kind      0: the block cannot be skipped (a record without GTID, or mixed
-                           server uuids / domains); 1: MySQL; 2: MariaDB
+                           server uuids / domains); 1: MySQL; 2: MariaDB; 3: MySQL tagged
     57   1  reserved
-    58  16  gtid_id        MySQL server uuid bytes, or MariaDB domain id (u32) zero-padded
+    58  16  gtid_id        MySQL server uuid bytes, or MariaDB domain id (u32) zero-padded,
+                           or for a tagged MySQL GTID (``uuid:tag:n``, MySQL 8.3+) the
+                           :func:`tagged_ident` digest of its uuid and tag
     74   8  gtid_min       smallest gno / seq_no in the block (for gtid_id)
     82   8  gtid_max       largest gno / seq_no in the block
     90   4  crc32c         of bytes 0..89 of the entry
@@ -41,11 +43,18 @@ Lookups (costs for a segment of N entries):
   summary checks conservative, never wrong: a non-skippable block is scanned record by
   record and scanning goes on to the next non-skippable block. Worst case (a GTID-less log,
   or a wanted set with holes everywhere) is a linear scan.
+
+A tagged GTID's uuid and tag (up to 48 bytes) do not fit the 16-byte id, so its id is a
+16-byte BLAKE2b digest of them (:func:`tagged_ident`); the wanted set computes the same
+digest for each of its tags. Two (uuid, tag) pairs share an id only on a 128-bit collision.
+An index written before kind 3 existed has kind 0 for tagged blocks (never skipped), and a
+reader that does not know kind 3 treats it as not covered: both only cost speed.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import struct
 import uuid
 from collections.abc import Iterable
@@ -56,7 +65,7 @@ from operator import itemgetter
 from crc32c import crc32c
 
 from headwater.errors import CorruptRecordError
-from headwater.position import MariadbGtidPos, MysqlGtidSet
+from headwater.position import MariadbGtidPos, MysqlGtidSet, normalize_gtid_tag
 
 __all__ = [
     "ENTRY",
@@ -69,6 +78,7 @@ __all__ = [
     "IndexView",
     "block_summary",
     "gtid_key",
+    "tagged_ident",
 ]
 
 ENTRY = struct.Struct("<QQQIQIQQBB16sQQI")
@@ -79,6 +89,7 @@ TRAILER_MAGIC = b"HWIX"
 KIND_NONE = 0
 KIND_MYSQL = 1
 KIND_MARIADB = 2
+KIND_MYSQL_TAGGED = 3
 
 GtidKey = tuple[int, bytes]  # (kind, 16-byte id)
 PosTuple = tuple[int, int, int, int]
@@ -86,7 +97,26 @@ PosTuple = tuple[int, int, int, int]
 # parseable GTID (such data can never be skipped).
 GtidSummary = dict[GtidKey, tuple[int, int]] | None
 
-_ID_CACHE: dict[str, bytes] = {}
+
+def tagged_ident(sid: bytes, tag: str) -> bytes:
+    """The 16-byte index id of a tagged MySQL GTID's (uuid bytes, lowercased tag)."""
+    return hashlib.blake2b(
+        sid + tag.encode("ascii"), digest_size=16, person=b"hw-gtid-tag"
+    ).digest()
+
+
+def _mysql_ident(head: str) -> tuple[int, bytes]:
+    """``(kind, id16)`` of the text before a MySQL GTID's number: ``uuid`` or ``uuid:tag``
+    (the tag is matched case-insensitively, as MySQL does). ValueError if neither."""
+    sid, sep, tag = head.partition(":")
+    if not sep:
+        return KIND_MYSQL, uuid.UUID(head).bytes
+    if not tag:
+        raise ValueError(f"empty GTID tag in {head!r}")
+    return KIND_MYSQL_TAGGED, tagged_ident(uuid.UUID(sid).bytes, normalize_gtid_tag(tag, "a GTID"))
+
+
+_KEY_CACHE: dict[str, tuple[int, bytes]] = {}
 
 
 def gtid_key(gtid: str) -> tuple[int, bytes, int] | None:
@@ -96,13 +126,13 @@ def gtid_key(gtid: str) -> tuple[int, bytes, int] | None:
     head, sep, num = gtid.rpartition(":")
     try:
         if sep:
-            ident = _ID_CACHE.get(head)
-            if ident is None:
-                ident = uuid.UUID(head).bytes
-                if len(_ID_CACHE) < 1024:
-                    _ID_CACHE[head] = ident
+            key = _KEY_CACHE.get(head)
+            if key is None:
+                key = _mysql_ident(head)
+                if len(_KEY_CACHE) < 1024:
+                    _KEY_CACHE[head] = key
             n = int(num)
-            return None if n < 0 else (KIND_MYSQL, ident, n)
+            return None if n < 0 else (key[0], key[1], n)
         parts = gtid.split("-")
         if len(parts) != 3:
             return None
@@ -119,10 +149,16 @@ class GtidWanted:
 
     def __init__(self, wanted: MysqlGtidSet | MariadbGtidPos) -> None:
         self._mysql: dict[bytes, tuple[list[int], list[int]]] = {}
+        self._tagged: dict[bytes, tuple[list[int], list[int]]] = {}
         self._maria: dict[bytes, int] = {}
         if isinstance(wanted, MysqlGtidSet):
-            for sid, lo, hi in wanted.intervals():
-                los, his = self._mysql.setdefault(sid.bytes, ([], []))
+            for sid, tag, lo, hi in wanted.tagged_intervals():
+                if tag:
+                    by_id = self._tagged
+                    ident = tagged_ident(sid.bytes, tag)
+                else:
+                    by_id, ident = self._mysql, sid.bytes
+                los, his = by_id.setdefault(ident, ([], []))
                 los.append(lo)
                 his.append(hi)
         else:
@@ -131,8 +167,8 @@ class GtidWanted:
 
     def covers(self, kind: int, ident: bytes, lo: int, hi: int) -> bool:
         """True if every number in ``[lo, hi]`` of this uuid/domain is in the set."""
-        if kind == KIND_MYSQL:
-            iv = self._mysql.get(ident)
+        if kind in (KIND_MYSQL, KIND_MYSQL_TAGGED):
+            iv = (self._mysql if kind == KIND_MYSQL else self._tagged).get(ident)
             if iv is None:
                 return False
             i = bisect.bisect_right(iv[0], lo) - 1

@@ -1,27 +1,32 @@
-"""The read side of a change log: what readers (reader.py) ask the log, in and out of process.
+"""The read side of a change log: what cursors (cursor.py) ask the log, in and out of process.
 
-In the writer's process the answers come from memory: the acknowledged seq, the memory
-tail (the active segment's records, the appended objects themselves), the active
-segment's index as the writer builds it, and the catalog. In a reader process
-(``read_only=True``) they come from the ``head`` file and the directory listing, refreshed
-when a reader needs a seq beyond what it last saw (catalog.py). Invariant: nothing here
-returns or reads past the acknowledged point (``_acked`` / ``_pub_end``).
+In the writer's process the answers come from memory: the acknowledged point
+(published.py), the writer's memory tail (the active segment's records, the appended
+objects themselves), the active segment's index as the writer builds it, and the catalog.
+In a reader process (``read_only=True``, no writer) they come from the ``head`` file and
+the directory listing, refreshed when a cursor needs a seq beyond what it last saw
+(catalog.py); :class:`ReadSide` owns that file and its inotify watch. Invariant: nothing
+here returns or reads past the acknowledged point (``acked`` / ``end``).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import os
 from typing import TYPE_CHECKING
 
 from headwater.errors import CorruptRecordError, PositionNotRetainedError, StoreError
 from headwater.store.bulk import FrameRun
-from headwater.store.catalog import ActiveState, Catalog, read_head
+from headwater.store.catalog import HEAD_NAME, Catalog, read_head
 from headwater.store.index import GtidSummary, IndexView, PosTuple
-from headwater.store.options import StoreOptions
-from headwater.store.reader import FileWatch
+from headwater.store.maintenance import Maintenance
+from headwater.store.published import Published
 from headwater.store.record import Record
 from headwater.store.segment import SegmentMeta, Source, open_source, read_footer, read_record
+from headwater.store.watch import FileWatch
+
+if TYPE_CHECKING:
+    from headwater.store.writer import Writer
 
 __all__ = ["ReadSide"]
 
@@ -29,65 +34,78 @@ log = logging.getLogger(__name__)
 
 
 class ReadSide:
-    """Mixin of :class:`~headwater.store.log.ChangeLog`: the internals reader.py uses."""
+    """What cursors ask a log: segments, views, limits, the tail, waiting (see above).
 
-    _dir: str
-    _opts: StoreOptions
-    _read_only: bool
-    _lock: threading.Lock
-    _maint_lock: threading.Lock
-    _cond: threading.Condition
-    _catalog: Catalog
-    _acked: int
-    _pub_base: int
-    _pub_end: int
-    _closed: bool
-    _failed: BaseException | None
-    _tail: tuple[int, int, list[Record | FrameRun], list[int]]
-    _purged: GtidSummary
-    _head_fd: int
-    _watch: FileWatch | None
-    _act: ActiveState
+    ``writer`` is None in a reader process; there ``open_head`` reads the writer's
+    ``head`` file instead.
+    """
 
-    if TYPE_CHECKING:  # provided by ChangeLog or a sibling mixin
+    def __init__(
+        self,
+        pub: Published,
+        catalog: Catalog,
+        maint: Maintenance,
+        writer: Writer | None,
+    ) -> None:
+        self.pub = pub
+        self.catalog = catalog
+        self.maint = maint
+        self.writer = writer
+        self.read_only = writer is None
+        self.watch: FileWatch | None = None
 
-        def _load_purged(self) -> None: ...
+    def open_head(self) -> None:
+        """Reader process: open the writer's ``head`` file and watch it."""
+        path = os.path.join(self.pub.dir, HEAD_NAME)
+        try:
+            self.pub.head_fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise StoreError(f"{self.pub.dir}: no change log here (no head file)") from None
+        self.watch = FileWatch(path)
+        self.pub.base = -1
+        self.refresh()
 
-    def _set_aside_corrupt(self, meta: SegmentMeta | None, err: CorruptRecordError) -> None:
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+
+    def set_aside_corrupt(self, meta: SegmentMeta | None, err: CorruptRecordError) -> None:
         """A reader found damage in ``meta``: if it is sealed, set it aside as ``*.bad``.
 
         Only the writer does this (it owns the directory); readers in other processes just
         raise. The segment leaves the list (copy-on-write) before its file is renamed, so
         no new reader opens it; readers holding it open keep their descriptor.
         """
-        if self._read_only or meta is None or meta.footer is None:
+        if self.read_only or meta is None or meta.footer is None:
             return
-        with self._maint_lock:
-            with self._lock:
-                cur = self._catalog.find(meta.base)
+        with self.maint.lock:
+            with self.pub.lock:
+                cur = self.catalog.find(meta.base)
                 if cur is None or cur.base != meta.base or cur.footer is None:
                     return
-                self._catalog.replace(cur, None)
-                self._catalog.drop_view(cur.base)
+                self.catalog.replace(cur, None)
+                self.catalog.drop_view(cur.base)
             try:
-                self._catalog.set_aside(cur.path, err)
+                self.catalog.set_aside(cur.path, err)
             except OSError as e:
                 log.error("could not set %s aside: %s", cur.path, e)
 
-    def _segments_snapshot(self) -> list[SegmentMeta]:
-        return self._catalog.segments
+    def segments_snapshot(self) -> list[SegmentMeta]:
+        return self.catalog.segments
 
-    def _earliest_seq(self) -> int:
-        return self._catalog.earliest_seq()
+    def earliest_seq(self) -> int:
+        return self.catalog.earliest_seq()
 
-    def _visible_for(self, seq: int) -> int:
-        if self._read_only and seq > self._acked:
-            self._refresh()
-        return self._acked
+    def visible_for(self, seq: int) -> int:
+        if self.read_only and seq > self.pub.acked:
+            self.refresh()
+        return self.pub.acked
 
-    def _tail_get(self, seq: int) -> tuple[Record, int, int] | None:
+    def tail_get(self, seq: int) -> tuple[Record, int, int] | None:
         """(record, segment base, end offset) from the memory tail, or None."""
-        first, base, recs, ends = self._tail
+        if self.writer is None:  # a reader process has no memory tail
+            return None
+        first, base, recs, ends = self.writer.tail
         i = seq - first
         if 0 <= i < len(ends):
             rec = recs[i]
@@ -96,75 +114,81 @@ class ReadSide:
             return rec, base, ends[i]
         return None
 
-    def _active_first(self) -> tuple[PosTuple, int]:
-        if self._read_only:
-            segs = self._catalog.segments
-            if not segs or self._pub_end == 0:
+    def active_first(self) -> tuple[PosTuple, int]:
+        if self.read_only:
+            segs = self.catalog.segments
+            if not segs or self.pub.end == 0:
                 return (0, 0, 0, 0), 0
             src = open_source(segs[0].path)
             try:
-                rec, _n = read_record(src, 0, self._pub_end)
+                rec, _n = read_record(src, 0, self.pub.end)
             finally:
                 src.close()
             p = rec.position
             return (p.change_id, p.file_num, p.offset, p.event_index), rec.ts_us
-        return self._act.first_pos, self._act.first_ts
+        assert self.writer is not None
+        act = self.writer.segs.act
+        return act.first_pos, act.first_ts
 
-    def _active_view_complete(self) -> bool:
-        return not self._read_only
+    def active_view_complete(self) -> bool:
+        return not self.read_only
 
-    def _purged_summary(self) -> GtidSummary:
-        return self._purged
+    def purged_summary(self) -> GtidSummary:
+        return self.maint.purged
 
-    def _find_segment(self, seq: int) -> SegmentMeta:
-        meta = self._catalog.find(seq)
-        if self._read_only and (
+    def find_segment(self, seq: int) -> SegmentMeta:
+        meta = self.catalog.find(seq)
+        if self.read_only and (
             meta is None or (meta.footer is not None and meta.footer.last_seq < seq)
         ):
-            self._refresh(relist=True)
-            meta = self._catalog.find(seq)
-        if meta is None or seq < self._catalog.earliest_seq():
+            self.refresh(relist=True)
+            meta = self.catalog.find(seq)
+        if meta is None or seq < self.catalog.earliest_seq():
             raise PositionNotRetainedError(
-                f"seq {seq} is no longer retained (earliest is {self._catalog.earliest_seq()})"
+                f"seq {seq} is no longer retained (earliest is {self.catalog.earliest_seq()})"
             )
         return meta
 
-    def _view(self, meta: SegmentMeta) -> IndexView:
+    def view(self, meta: SegmentMeta) -> IndexView:
         if meta.footer is not None:
-            return self._catalog.sealed_view(meta)
-        if self._read_only:
-            return self._catalog.active_view_from_disk(meta, self._pub_end)
-        if meta.base == self._act.base:
-            return self._act.builder.view
+            return self.catalog.sealed_view(meta)
+        if self.read_only:
+            return self.catalog.active_view_from_disk(meta, self.pub.end)
+        assert self.writer is not None
+        act = self.writer.segs.act
+        if meta.base == act.base:
+            return act.builder.view
         # Sealed meanwhile by the flusher: its footer lands right after; use the cache.
-        return self._catalog.sealed_view(self._wait_sealed(meta))
+        return self.catalog.sealed_view(self.wait_sealed(meta))
 
-    def _wait_sealed(self, meta: SegmentMeta) -> SegmentMeta:
-        with self._cond:
-            self._cond.wait_for(lambda: meta.footer is not None or self._failed is not None, 5.0)
+    def wait_sealed(self, meta: SegmentMeta) -> SegmentMeta:
+        with self.pub.cond:
+            self.pub.cond.wait_for(
+                lambda: meta.footer is not None or self.pub.failed is not None, 5.0
+            )
         if meta.footer is None:
             raise StoreError(f"segment {meta.path} was not sealed in time")
         return meta
 
-    def _limit(self, meta: SegmentMeta) -> int:
+    def limit(self, meta: SegmentMeta) -> int:
         if meta.footer is not None:
             return meta.footer.data_end
-        if meta.base == self._pub_base:
-            return self._pub_end
-        if self._read_only and meta.base < self._pub_base:
+        if meta.base == self.pub.base:
+            return self.pub.end
+        if self.read_only and meta.base < self.pub.base:
             meta.footer = read_footer(meta.path)
             return meta.footer.data_end
         return 0
 
-    def _open_source(self, meta: SegmentMeta) -> Source:
+    def open_source(self, meta: SegmentMeta) -> Source:
         try:
             return open_source(meta.path)
         except FileNotFoundError:
             pass
         # Compressed or deleted since this reader looked: look again.
-        if self._read_only:
-            self._refresh(relist=True)
-        cur = self._catalog.find(meta.base)
+        if self.read_only:
+            self.refresh(relist=True)
+        cur = self.catalog.find(meta.base)
         if cur is None or cur.base != meta.base:
             raise PositionNotRetainedError(f"segment {meta.path} is no longer retained") from None
         try:
@@ -172,45 +196,47 @@ class ReadSide:
         except FileNotFoundError:
             raise PositionNotRetainedError(f"segment {meta.path} is no longer retained") from None
 
-    def _wait_for(self, seq: int, timeout: float | None) -> bool:
+    def wait_for(self, seq: int, timeout: float | None) -> bool:
         """Wait until ``seq`` is acknowledged (or ``timeout``); True if it is."""
-        if not self._read_only:
-            with self._cond:
+        if not self.read_only:
+            with self.pub.cond:
                 return (
-                    self._cond.wait_for(
-                        lambda: self._acked >= seq or self._closed or self._failed is not None,
+                    self.pub.cond.wait_for(
+                        lambda: (
+                            self.pub.acked >= seq or self.pub.closed or self.pub.failed is not None
+                        ),
                         timeout,
                     )
-                    and self._acked >= seq
+                    and self.pub.acked >= seq
                 )
-        assert self._watch is not None
-        self._refresh()
-        if self._acked >= seq:
+        assert self.watch is not None
+        self.refresh()
+        if self.pub.acked >= seq:
             return True
-        self._watch.wait(timeout)
-        self._refresh()
-        return self._acked >= seq
+        self.watch.wait(timeout)
+        self.refresh()
+        return self.pub.acked >= seq
 
-    def _refresh(self, relist: bool = False) -> None:
+    def refresh(self, relist: bool = False) -> None:
         """Read-only: pick up the writer's progress from ``head`` (and the listing)."""
-        head = read_head(self._head_fd)
+        head = read_head(self.pub.head_fd)
         if head is None:
-            raise StoreError(f"{self._dir}: head file unreadable")
+            raise StoreError(f"{self.pub.dir}: head file unreadable")
         base, end, seq = head
-        with self._lock:
-            if relist or base != self._pub_base:
-                self._catalog.load_readonly(base)
-            self._pub_base, self._pub_end, self._acked = base, end, seq
-            if self._catalog.earliest_seq() > 1:
-                self._load_purged()
+        with self.pub.lock:
+            if relist or base != self.pub.base:
+                self.catalog.load_readonly(base)
+            self.pub.base, self.pub.end, self.pub.acked = base, end, seq
+            if self.catalog.earliest_seq() > 1:
+                self.maint.load_purged()
 
     def verify(self) -> list[CorruptRecordError]:
         """Read every retained record and check it; return the damage found (no repair)."""
         found: list[CorruptRecordError] = []
-        for meta in list(self._catalog.segments):
-            limit = self._limit(meta)
+        for meta in list(self.catalog.segments):
+            limit = self.limit(meta)
             try:
-                src = self._open_source(meta)
+                src = self.open_source(meta)
             except PositionNotRetainedError:
                 continue
             try:

@@ -5,7 +5,9 @@ ranges it removes in ``purged`` (temp file, fsync, rename) *before* deleting, so
 lookup can always tell "purged" from "never seen"; compression writes the ``.zseg`` whole
 (temp file, rename, directory fsync) before the segment list points at it and the ``.seg``
 is deleted. Readers holding the old path reopen through the catalog (``_open_source``).
-Both run under ``_maint_lock`` and change the segment list (copy-on-write) under ``_lock``.
+Both run under :attr:`Maintenance.lock` and change the segment list (copy-on-write) under
+the published lock. :class:`Maintenance` owns that lock, the purged-GTID summary and the
+background thread that runs both every ``maintenance_interval_s``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from headwater.errors import CorruptRecordError
 from headwater.store._fs import atomic_write, fsync_dir
@@ -37,18 +39,45 @@ def _now_us() -> int:
 
 
 class Maintenance:
-    """Mixin of :class:`~headwater.store.log.ChangeLog`: retention, compression, purged."""
+    """Retention, compression and the purged-GTID summary of one log (see above)."""
 
-    _dir: str
-    _opts: StoreOptions
-    _lock: threading.Lock
-    _maint_lock: threading.Lock
-    _catalog: Catalog
-    _purged: GtidSummary
+    def __init__(
+        self,
+        directory: str,
+        options: StoreOptions,
+        catalog: Catalog,
+        pub_lock: threading.Lock,
+        check_writable: Callable[[], None],
+    ) -> None:
+        self.dir = directory
+        self.opts = options
+        self.catalog = catalog
+        self.pub_lock = pub_lock
+        self.check_writable = check_writable
+        self.lock = threading.Lock()
+        #: GTID ranges of the records retention removed ({} none, None: some had no GTID)
+        self.purged: GtidSummary = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    if TYPE_CHECKING:  # provided by ChangeLog or a sibling mixin
+    def start(self) -> None:
+        """Start the background rounds if ``maintenance_interval_s`` is set."""
+        interval = self.opts.maintenance_interval_s
+        if interval is None:
+            return
+        self._thread = threading.Thread(
+            target=self._maintain_every,
+            args=(interval, self._stop),
+            name=f"headwater-store-maintenance:{os.path.basename(self.dir)}",
+            daemon=True,
+        )
+        self._thread.start()
 
-        def _check_writable(self) -> None: ...
+    def stop(self) -> None:
+        """Stop the background rounds; a round under way finishes first."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
     def _maintain_every(self, interval: float, stop: threading.Event) -> None:
         """Body of the writer's maintenance thread: retention then compression, every
@@ -59,44 +88,44 @@ class Maintenance:
                 removed = self.apply_retention()
                 compressed = self.compress_sealed()
             except Exception:  # logged with its traceback; the writer goes on
-                log.exception("%s: retention or compression failed", self._dir)
+                log.exception("%s: retention or compression failed", self.dir)
                 continue
             if removed or compressed:
                 log.info(
                     "%s: retention removed %d segments, %d compressed",
-                    self._dir,
+                    self.dir,
                     len(removed),
                     len(compressed),
                 )
 
     def apply_retention(self, now_us: int | None = None) -> list[str]:
         """Delete whole sealed segments beyond the retention age or size; return their paths."""
-        self._check_writable()
+        self.check_writable()
         now = _now_us() if now_us is None else now_us
-        with self._maint_lock:
+        with self.lock:
             doomed = plan_retention(
-                self._catalog.segments,
+                self.catalog.segments,
                 now,
-                max_age_s=self._opts.retention_age_s,
-                max_bytes=self._opts.retention_bytes,
+                max_age_s=self.opts.retention_age_s,
+                max_bytes=self.opts.retention_bytes,
             )
             if not doomed:
                 return []
-            purged = self._purged
+            purged = self.purged
             for meta in doomed:
                 assert meta.footer is not None
                 purged = merge_summaries(purged, meta.footer.summary)
-            self._save_purged(purged)
+            self.save_purged(purged)
             for meta in doomed:
-                with self._lock:
-                    self._catalog.replace(meta, None)
-                    self._catalog.drop_view(meta.base)
+                with self.pub_lock:
+                    self.catalog.replace(meta, None)
+                    self.catalog.drop_view(meta.base)
                 for path in (meta.index_path, meta.path):
                     try:
                         os.unlink(path)
                     except FileNotFoundError:
                         log.warning("retention: %s was already gone", path)
-            fsync_dir(self._dir)
+            fsync_dir(self.dir)
             log.info(
                 "retention deleted %d segments up to seq %d",
                 len(doomed),
@@ -106,56 +135,56 @@ class Maintenance:
 
     def compress_sealed(self, now_us: int | None = None) -> list[str]:
         """zstd-compress sealed segments older than ``compress_after_s``; return new paths."""
-        self._check_writable()
+        self.check_writable()
         now = _now_us() if now_us is None else now_us
         done: list[str] = []
-        with self._maint_lock:
+        with self.lock:
             for meta in plan_compression(
-                self._catalog.segments, now, after_s=self._opts.compress_after_s
+                self.catalog.segments, now, after_s=self.opts.compress_after_s
             ):
                 assert meta.footer is not None
-                zpath = os.path.join(self._dir, segment_name(meta.base, ZSEG))
+                zpath = os.path.join(self.dir, segment_name(meta.base, ZSEG))
                 tmp = zpath + ".tmp"
                 size = compress_segment(
                     meta.path,
                     tmp,
                     meta.footer,
-                    block_bytes=self._opts.compress_block_bytes,
-                    level=self._opts.compress_level,
+                    block_bytes=self.opts.compress_block_bytes,
+                    level=self.opts.compress_level,
                 )
                 os.replace(tmp, zpath)
-                fsync_dir(self._dir)
-                with self._lock:
-                    self._catalog.replace(meta, SegmentMeta(meta.base, zpath, meta.footer, size))
+                fsync_dir(self.dir)
+                with self.pub_lock:
+                    self.catalog.replace(meta, SegmentMeta(meta.base, zpath, meta.footer, size))
                 os.unlink(meta.path)
-                fsync_dir(self._dir)
+                fsync_dir(self.dir)
                 done.append(zpath)
         return done
 
-    def _save_purged(self, summary: GtidSummary) -> None:
+    def save_purged(self, summary: GtidSummary) -> None:
         items = (
             None
             if summary is None
             else [[k, i.hex(), lo, hi] for (k, i), (lo, hi) in sorted(summary.items())]
         )
-        atomic_write(os.path.join(self._dir, PURGED_NAME), json.dumps({"items": items}).encode())
-        self._purged = summary
+        atomic_write(os.path.join(self.dir, PURGED_NAME), json.dumps({"items": items}).encode())
+        self.purged = summary
 
-    def _load_purged(self) -> None:
+    def load_purged(self) -> None:
         try:
-            with open(os.path.join(self._dir, PURGED_NAME), "rb") as f:
+            with open(os.path.join(self.dir, PURGED_NAME), "rb") as f:
                 items = json.loads(f.read())["items"]
         except FileNotFoundError:
             return
         except (ValueError, KeyError, TypeError) as e:
-            self._catalog.problems.append(
+            self.catalog.problems.append(
                 CorruptRecordError(
                     f"purged-GTID summary unreadable: {e}", path=PURGED_NAME, offset=0
                 )
             )
-            self._purged = None
+            self.purged = None
             return
-        self._purged = (
+        self.purged = (
             None
             if items is None
             else {(int(k), bytes.fromhex(i)): (int(lo), int(hi)) for k, i, lo, hi in items}

@@ -36,6 +36,7 @@ them together in one segment and makes them visible only when the last chunk is 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
@@ -58,6 +59,7 @@ __all__ = [
     "encode_parts",
     "encode_tables",
     "frame_crc",
+    "frame_head",
 ]
 
 MAGIC = 0x31525748  # b"HWR1" read as a little-endian u32
@@ -106,23 +108,37 @@ class Record:
         return bool(self.flags & LAST_CHUNK)
 
 
-def encode_parts(rec: Record, seq: int) -> tuple[bytes, bytes, int]:
-    """The frame prefix plus header bytes, and the frame's total length.
+def frame_head(
+    rec: Record,
+    seq: int,
+    *,
+    _pack: Callable[..., bytes] = LEN_FIXED.pack,
+    _ppack: Callable[..., bytes] = PREFIX.pack,
+    _crc: Callable[[bytes, int], int] = crc32c,
+    _fixed: int = FIXED.size,
+) -> bytes:
+    """The frame prefix and header of ``rec`` numbered ``seq`` (the frame is these bytes
+    followed by ``rec.payload``, so its length is their two lengths).
 
-    The payload is not copied: the caller writes ``head`` then ``rec.payload``. Raises
+    The one record encoder (the writer's batch loop calls it per record; the compiled
+    reader builds the same bytes, held equal by a differential test). The payload is not
+    copied: the caller writes the returned bytes, then ``rec.payload``. Raises
     ``ValueError`` for a record that cannot be framed (over-long GTID or table list).
-    (The writer inlines the same steps in its batch loop, log.py ``_encode``.)
+    (The keyword-only parameters are constants bound as locals: this runs per record.)
     """
-    pos = rec.position
     gtid = rec.gtid.encode("ascii")
-    if len(gtid) > 255:
+    glen = len(gtid)
+    if glen > 255:
         raise ValueError(f"GTID longer than 255 bytes: {rec.gtid!r}")
-    tables = encode_tables(rec.tables) if rec.tables else b""
-    body_len = FIXED.size + len(gtid) + len(tables) + len(rec.payload)
+    t = rec.tables
+    tables = encode_tables(t) if t else b""
+    payload = rec.payload
+    body_len = _fixed + glen + len(tables) + len(payload)
     if body_len > MAX_BODY:
         raise ValueError(f"record body of {body_len} bytes exceeds the {MAX_BODY} byte cap")
+    pos = rec.position
     hdr = (
-        LEN_FIXED.pack(
+        _pack(
             body_len,
             seq,
             pos.change_id,
@@ -132,8 +148,8 @@ def encode_parts(rec: Record, seq: int) -> tuple[bytes, bytes, int]:
             rec.ts_us,
             rec.schema_version,
             rec.flags,
-            len(gtid),
-            len(rec.tables),
+            glen,
+            len(t),
             len(tables),
             rec.chunk_no,
             0,
@@ -141,8 +157,13 @@ def encode_parts(rec: Record, seq: int) -> tuple[bytes, bytes, int]:
         + gtid
         + tables
     )
-    crc = crc32c(rec.payload, crc32c(hdr))
-    return PREFIX.pack(MAGIC, crc) + hdr, rec.payload, FRAME.size + body_len
+    return _ppack(MAGIC, _crc(payload, _crc(hdr, 0))) + hdr
+
+
+def encode_parts(rec: Record, seq: int) -> tuple[bytes, bytes, int]:
+    """The frame prefix plus header bytes, the payload, and the frame's total length."""
+    head = frame_head(rec, seq)
+    return head, rec.payload, len(head) + len(rec.payload)
 
 
 _TABLES_CACHE: dict[tuple[tuple[str, int], ...], bytes] = {}

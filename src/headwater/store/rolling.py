@@ -1,4 +1,11 @@
-"""Rolling the active segment: sealing it and starting the next one.
+"""The active segment and its rotation: when a segment rolls, and how it is sealed.
+
+:class:`Segments` owns the active segment (its recovered or fresh :class:`ActiveState`,
+the data and index descriptors, when it was started) and the descriptors of segments
+rolled but maybe still being synced by the flusher (``retired``, closed by the flusher at
+its next cycle). The writer (writer.py) decides to roll (``due``) and runs a roll in three
+steps around its own buffer: :meth:`Segments.begin_seal` (under the lock), :meth:`write_seal`
+(I/O, no lock), :meth:`Segments.start_next` (under the lock).
 
 A segment is rolled only at a transaction boundary (a chunk group never spans segments)
 by the appending thread once the active segment reaches ``segment_bytes`` or is older than
@@ -6,178 +13,157 @@ by the appending thread once the active segment reaches ``segment_bytes`` or is 
 this order: write out the buffer, write the sealed index by temp file + rename, append
 the footer, fsync, then create the next segment and fsync the directory. So at most the
 newest segment lacks a footer, and a segment with a footer always has its whole index.
-The old segment is then wholly durable, so its last seq is acknowledged. Its descriptor
-is retired, not closed: the flusher may still be syncing it and closes it next cycle.
+The old segment is then wholly durable, so its last seq is acknowledged.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from headwater.errors import StoreError
 from headwater.store._fs import atomic_write, fsync_dir, write_all
-from headwater.store.bulk import FrameRun
-from headwater.store.catalog import ActiveState, Catalog, seal_footer, write_head
-from headwater.store.index import ENTRY, IndexBuilder, encode_trailer
+from headwater.store.catalog import ActiveState, Catalog, seal_footer
+from headwater.store.index import ENTRY, IndexBuilder, IndexView, encode_trailer
 from headwater.store.options import StoreOptions
-from headwater.store.record import Record
-from headwater.store.segment import IDX, SegmentMeta, encode_footer_tail, segment_name
+from headwater.store.segment import IDX, Footer, SegmentMeta, encode_footer_tail, segment_name
 
-if TYPE_CHECKING:
-    from headwater.store.log import _Mark
-
-__all__ = ["Rolling"]
+__all__ = ["Sealing", "Segments"]
 
 
-class Rolling:
-    """Mixin of :class:`~headwater.store.log.ChangeLog`: when and how segments roll."""
+@dataclass(frozen=True, slots=True)
+class Sealing:
+    """A roll under way: the segment being sealed and what its seal consists of."""
 
-    _dir: str
-    _opts: StoreOptions
-    _lock: threading.Lock
-    _alock: threading.Lock
-    _wlock: threading.Lock
-    _cond: threading.Condition
-    _catalog: Catalog
-    _act: ActiveState
-    _act_created: float
-    _closed: bool
-    _failed: BaseException | None
-    _in_group: bool
-    _wfd: int
-    _ifd: int
-    _retired: list[int]
-    _tail: tuple[int, int, list[Record | FrameRun], list[int]]
-    _tail_start: int
-    _written: _Mark | None
-    _unsynced: int
-    _acked: int
-    _pub_base: int
-    _pub_end: int
-    _head_fd: int
+    act: ActiveState
+    entries: bytes
+    footer: Footer
+    view: IndexView
+    wfd: int
+    ifd: int
 
-    if TYPE_CHECKING:  # provided by ChangeLog or a sibling mixin
 
-        def _write_out_locked(self) -> None: ...
+class Segments:
+    """The active segment of a writable log and its rotation (see the module docstring)."""
 
-        def _fail(self, e: BaseException) -> StoreError: ...
+    def __init__(self, directory: str, options: StoreOptions, catalog: Catalog) -> None:
+        self.dir = directory
+        self.opts = options
+        self.catalog = catalog
+        self.act: ActiveState
+        self.created = 0.0
+        self.wfd = -1
+        self.ifd = -1
+        #: descriptors of rolled segments, closed by the flusher (it may be syncing them)
+        self.retired: list[int] = []
 
-    def _roll_due(self) -> bool:
-        act = self._act
-        if act.builder.count == 0:
-            return False
-        if act.size >= self._opts.segment_bytes:
-            return True
-        ival = self._opts.roll_interval_s
-        return ival is not None and time.monotonic() - self._act_created >= ival
-
-    def _roll_timer_due(self) -> bool:
-        """Whether ``roll_interval_s`` has passed for a non-empty active segment."""
-        ival = self._opts.roll_interval_s
-        return (
-            ival is not None
-            and self._act.builder.count > 0
-            and time.monotonic() - self._act_created >= ival
+    def start(self, act: ActiveState) -> None:
+        """Open the (recovered) active segment for appending."""
+        self.act = act
+        self.created = time.monotonic()
+        self.wfd = os.open(
+            os.path.join(self.dir, segment_name(act.base)), os.O_WRONLY | os.O_APPEND
+        )
+        self.ifd = os.open(
+            os.path.join(self.dir, segment_name(act.base, IDX)),
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+            0o644,
         )
 
-    def _idle_wait(self) -> float | None:
+    def close(self) -> None:
+        for fd in (*self.retired, self.wfd, self.ifd):
+            if fd >= 0:
+                os.close(fd)
+        self.retired = []
+        self.wfd = self.ifd = -1
+
+    # --- when ------------------------------------------------------------------------------
+
+    def due(self) -> bool:
+        """Whether the next transaction must go to a new segment (size or age)."""
+        act = self.act
+        if act.builder.count == 0:
+            return False
+        if act.size >= self.opts.segment_bytes:
+            return True
+        ival = self.opts.roll_interval_s
+        return ival is not None and time.monotonic() - self.created >= ival
+
+    def timer_due(self) -> bool:
+        """Whether ``roll_interval_s`` has passed for a non-empty active segment."""
+        ival = self.opts.roll_interval_s
+        return (
+            ival is not None
+            and self.act.builder.count > 0
+            and time.monotonic() - self.created >= ival
+        )
+
+    def idle_wait(self) -> float | None:
         """How long an idle flusher may sleep before the active segment is due to roll."""
-        ival = self._opts.roll_interval_s
-        if ival is None or self._act.builder.count == 0:
+        ival = self.opts.roll_interval_s
+        if ival is None or self.act.builder.count == 0:
             return None
-        return max(0.01, self._act_created + ival - time.monotonic())
+        return max(0.01, self.created + ival - time.monotonic())
 
-    def _roll_if_idle(self) -> None:
-        """Flusher: roll an idle log whose active segment is old enough (time-based roll).
+    # --- how -------------------------------------------------------------------------------
 
-        If an appender is busy it rolls by itself at its next call; the flusher does not
-        wait for it.
-        """
-        with self._lock:
-            if not self._roll_timer_due():
-                return
-        if not self._alock.acquire(blocking=False):
-            return
-        try:
-            if (
-                not self._closed
-                and self._failed is None
-                and not self._in_group
-                and self._roll_due()
-            ):
-                self._roll()
-        finally:
-            self._alock.release()
+    def begin_seal(self) -> Sealing:
+        """Take the active segment's seal (under the log's lock, the buffer written out)."""
+        act = self.act
+        entries = act.builder.seal()
+        footer = seal_footer(act.base, act, time.time_ns() // 1000)
+        view = act.builder.view
+        act.builder.take_unwritten()
+        return Sealing(act, entries, footer, view, self.wfd, self.ifd)
 
-    def _roll(self) -> None:
-        """Seal the active segment and start the next one (appending thread, ``_alock``)."""
-        with self._wlock:
-            self._write_out_locked()
-            with self._lock:
-                act = self._act
-                entries = act.builder.seal()
-                footer = seal_footer(act.base, act, time.time_ns() // 1000)
-                view = act.builder.view
-                act.builder.take_unwritten()
-                old_wfd, old_ifd = self._wfd, self._ifd
-            base = act.last_seq + 1
-            try:
-                # The sealed index goes in place before the footer: once a footer exists,
-                # its index is whole (a crash in between leaves an unsealed segment,
-                # rebuilt anyway).
-                os.close(old_ifd)
-                self._ifd = -1
-                atomic_write(
-                    os.path.join(self._dir, segment_name(act.base, IDX)),
-                    entries
-                    + encode_trailer(
-                        entries, len(entries) // ENTRY.size, footer.last_seq, footer.data_end
-                    ),
-                )
-                write_all(old_wfd, encode_footer_tail(footer))
-                os.fsync(old_wfd)
-                size = os.fstat(old_wfd).st_size
-                path = os.path.join(self._dir, segment_name(base))
-                wfd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-                ifd = os.open(
-                    os.path.join(self._dir, segment_name(base, IDX)),
-                    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC,
-                    0o644,
-                )
-                fsync_dir(self._dir)
-            except BaseException as e:
-                raise self._fail(e) from e
-            with self._lock:
-                meta = self._catalog.find(act.base)
-                assert meta is not None and meta.base == act.base
-                meta.file_bytes = size
-                meta.footer = footer
-                self._catalog.cache_view(act.base, view)
-                self._catalog.segments = [
-                    *self._catalog.segments,
-                    SegmentMeta(base, path, None, 0),
-                ]
-                self._retired.append(old_wfd)
-                self._wfd, self._ifd = wfd, ifd
-                self._act = ActiveState(
-                    base,
-                    0,
-                    base - 1,
-                    IndexBuilder(self._opts.index_interval_bytes),
-                    (0, 0, 0, 0),
-                    (0, 0, 0, 0),
-                    0,
-                )
-                self._act_created = time.monotonic()
-                self._tail = (base, base, [], [])
-                self._tail_start = 0
-                # Everything of the old segment is durable now (fsync above).
-                self._written = None
-                self._unsynced = 0
-                self._acked = max(self._acked, footer.last_seq)
-                self._pub_base, self._pub_end = base, 0
-                write_head(self._head_fd, base, 0, self._acked)
-                self._cond.notify_all()
+    def write_seal(self, s: Sealing) -> tuple[int, int, int]:
+        """Seal on disk and create the next segment (no lock; raises on I/O errors).
+        Returns the sealed file's size and the next segment's descriptors."""
+        # The sealed index goes in place before the footer: once a footer exists, its
+        # index is whole (a crash in between leaves an unsealed segment, rebuilt anyway).
+        os.close(s.ifd)
+        self.ifd = -1
+        atomic_write(
+            os.path.join(self.dir, segment_name(s.act.base, IDX)),
+            s.entries
+            + encode_trailer(
+                s.entries, len(s.entries) // ENTRY.size, s.footer.last_seq, s.footer.data_end
+            ),
+        )
+        write_all(s.wfd, encode_footer_tail(s.footer))
+        os.fsync(s.wfd)
+        size = os.fstat(s.wfd).st_size
+        base = s.act.last_seq + 1
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+        wfd = os.open(os.path.join(self.dir, segment_name(base)), flags, 0o644)
+        ifd = os.open(os.path.join(self.dir, segment_name(base, IDX)), flags, 0o644)
+        fsync_dir(self.dir)
+        return size, wfd, ifd
+
+    def start_next(self, s: Sealing, size: int, wfd: int, ifd: int) -> int:
+        """Point the segment list at the sealed segment and the new one (under the lock);
+        returns the new active segment's base."""
+        act = s.act
+        base = act.last_seq + 1
+        meta = self.catalog.find(act.base)
+        assert meta is not None and meta.base == act.base
+        meta.file_bytes = size
+        meta.footer = s.footer
+        self.catalog.cache_view(act.base, s.view)
+        self.catalog.segments = [
+            *self.catalog.segments,
+            SegmentMeta(base, os.path.join(self.dir, segment_name(base)), None, 0),
+        ]
+        self.retired.append(s.wfd)
+        self.wfd, self.ifd = wfd, ifd
+        self.act = ActiveState(
+            base,
+            0,
+            base - 1,
+            IndexBuilder(self.opts.index_interval_bytes),
+            (0, 0, 0, 0),
+            (0, 0, 0, 0),
+            0,
+        )
+        self.created = time.monotonic()
+        return base

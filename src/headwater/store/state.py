@@ -56,13 +56,20 @@ class ChangeIdInfo:
 
 @dataclass(frozen=True, slots=True)
 class ReaderState:
-    """The reader's resume point: last stored position, GTID set, seq, and change ids."""
+    """The reader's resume point: last stored position, GTID set, seq, and change ids.
+
+    ``layout``: a digest of the settings that decide which records the source's
+    transactions become (table filter, event kinds, chunk size), as saved with the state;
+    a lost range of the log is read again only under the same layout (docs/formats.md,
+    "Sequence numbers"). Empty in states saved before it existed.
+    """
 
     position: Position | None = None
     gtid_set: str = ""
     ts_us: int = 0
     seq: int = 0
     change_ids: tuple[ChangeIdInfo, ...] = field(default_factory=tuple)
+    layout: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,6 +78,7 @@ class ReaderState:
             "ts_us": self.ts_us,
             "seq": self.seq,
             "change_ids": [c.to_json() for c in self.change_ids],
+            "layout": self.layout,
         }
 
     @classmethod
@@ -82,6 +90,7 @@ class ReaderState:
             int(d.get("ts_us", 0)),
             int(d.get("seq", 0)),
             tuple(ChangeIdInfo.from_json(c) for c in d.get("change_ids", ())),
+            str(d.get("layout", "")),
         )
 
     def save(self, path: str) -> None:

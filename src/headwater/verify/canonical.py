@@ -24,6 +24,24 @@ set (SET members)           members sorted, joined by ``,``
 str                         itself
 ==========================  ==================================================
 
+A column's *kind* (:func:`column_kind`, from either side's catalog type) adjusts this
+where the same value comes back differently from the two products:
+
+==========  ===========================================================================
+kind        canonical text
+==========  ===========================================================================
+``json``    the text parsed as JSON and rendered as above
+``bit``     BIT: the unsigned integer (pymysql returns big-endian bytes, a PostgreSQL
+            target a bigint or numeric)
+``binary``  BINARY(n): hex without the trailing ``0x00`` pad (MariaDB pads the value it
+            returns to n bytes, its row events do not: the target holds the unpadded bytes)
+``float``   FLOAT (single precision): 6 significant digits, as MariaDB's text protocol
+            returns it (PostgreSQL's ``real`` returns the shortest float32 text)
+``zero``    DATE/DATETIME/TIMESTAMP against another product: a zero or partial date
+            (``0000-00-00``, ``2020-00-15``; pymysql returns such values as text) is NULL,
+            the value the PostgreSQL sink stores for it (docs/formats.md)
+==========  ===========================================================================
+
 Both sides' MySQL sessions run with ``time_zone = '+00:00'`` so that TIMESTAMP columns
 come back in UTC. The row digest is a 64-bit BLAKE2b of the canonical texts; a chunk's
 checksum is the row count plus the XOR of its rows' digests (order-independent, so the
@@ -39,7 +57,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["canonical", "canonical_row", "row_digest"]
+__all__ = ["canonical", "canonical_row", "column_kind", "row_digest"]
 
 Canonical = tuple[str | None, ...]
 
@@ -51,10 +69,37 @@ def _decimal(value: Decimal) -> str:
     return "0" if text in ("-0", "") else text
 
 
-def canonical(value: Any, *, json_column: bool = False) -> str | None:
+_BIT_TYPES = frozenset(("bit",))
+_FLOAT_TYPES = frozenset(("float", "real"))
+_DATE_TYPES = frozenset(("date", "datetime", "timestamp"))
+
+
+def column_kind(source_type: str, target_type: str, *, is_json: bool, cross: bool) -> str:
+    """The kind of a column (module docstring) from its catalog type names on both sides
+    (``information_schema.columns.data_type``); ``cross``: the sides are other products."""
+    types = {source_type.lower(), target_type.lower()}
+    if is_json:
+        return "json"
+    if types & _BIT_TYPES:
+        return "bit"
+    if "binary" in types:
+        return "binary"
+    if types & _FLOAT_TYPES and "double" not in types and "double precision" not in types:
+        return "float"
+    if cross and types & _DATE_TYPES:
+        return "zero"
+    return ""
+
+
+def canonical(value: Any, *, json_column: bool = False, kind: str = "") -> str | None:
     """The canonical text of one column value (see the module docstring)."""
     if value is None:
         return None
+    if kind:
+        adjusted: str | None = _by_kind(value, kind)
+        if adjusted is not _PLAIN:
+            return adjusted
+        json_column = kind == "json"
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
@@ -88,9 +133,26 @@ def canonical(value: Any, *, json_column: bool = False) -> str | None:
     return text
 
 
-def canonical_row(values: Sequence[Any], json_columns: Sequence[bool]) -> Canonical:
-    """The canonical texts of a row's values (``json_columns[i]``: column i holds JSON)."""
-    return tuple(canonical(v, json_column=j) for v, j in zip(values, json_columns, strict=True))
+_PLAIN: Any = object()  # _by_kind's "no adjustment" (typed Any: it stands for a text)
+
+
+def _by_kind(value: Any, kind: str) -> str | None:
+    """The canonical text for a kind, or ``_PLAIN`` when the value needs no adjusting."""
+    if kind == "bit" and isinstance(value, bytes | bytearray):
+        return str(int.from_bytes(value, "big"))
+    if kind == "binary" and isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).rstrip(b"\0").hex()
+    if kind == "float" and isinstance(value, float):
+        return format(value, ".6g")
+    if kind == "zero" and isinstance(value, str):
+        return None
+    plain: str | None = _PLAIN  # the sentinel: not adjusted
+    return plain
+
+
+def canonical_row(values: Sequence[Any], kinds: Sequence[str]) -> Canonical:
+    """The canonical texts of a row's values (``kinds[i]``: column i's :func:`column_kind`)."""
+    return tuple(canonical(v, kind=k) for v, k in zip(values, kinds, strict=True))
 
 
 def row_digest(row: Canonical) -> int:

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from headwater.verify.canonical import Canonical, canonical_row, row_digest
+from headwater.verify.canonical import Canonical, canonical_row, column_kind, row_digest
 from headwater.verify.endpoints import Column, Connection, VerifyError
 
 __all__ = ["Difference", "TableResult", "compare_table"]
@@ -68,7 +68,7 @@ class TableResult:
 @dataclass(slots=True)
 class _Plan:
     columns: list[str]
-    json_flags: list[bool]
+    kinds: list[str]
     key_idx: list[int]
     src_select: str
     src_key: str
@@ -96,7 +96,15 @@ def _plan(
 
     return _Plan(
         columns=names,
-        json_flags=[c.is_json or by_name[c.name].is_json for c in src_cols],
+        kinds=[
+            column_kind(
+                c.data_type,
+                by_name[c.name].data_type,
+                is_json=c.is_json or by_name[c.name].is_json,
+                cross=binary,
+            )
+            for c in src_cols
+        ],
         key_idx=[names.index(k) for k in key],
         src_select=f"SELECT {', '.join(map(src.quote, names))} FROM {src.table_ref(db, table)}",
         src_key=keys(src),
@@ -169,9 +177,9 @@ def compare_table(
         upper = None if last else tuple(raw[-1][i] for i in plan.key_idx)
         where = _bounds(plan.dst_key, len(key), lower is not None, upper is not None)
         params = (*(lower or ()), *(upper or ()))
-        src_rows = [canonical_row(r, plan.json_flags) for r in raw]
+        src_rows = [canonical_row(r, plan.kinds) for r in raw]
         dst_rows = [
-            canonical_row(r, plan.json_flags) for r in dst.stream(plan.dst_select + where, params)
+            canonical_row(r, plan.kinds) for r in dst.stream(plan.dst_select + where, params)
         ]
         result.chunks += 1
         result.rows += len(src_rows)

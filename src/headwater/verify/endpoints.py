@@ -235,16 +235,15 @@ def connect(endpoint: Endpoint, *, timeout: float = 10.0) -> Connection:
     statement); raises VerifyError naming the server (never the password)."""
     try:
         if endpoint.kind == "mysql":
-            import pymysql
+            from headwater.connections import mysql_connect
 
-            raw: Any = pymysql.connect(
+            raw: Any = mysql_connect(
                 host=endpoint.host,
                 port=endpoint.port,
                 user=endpoint.user,
                 password=endpoint.password,
                 database=endpoint.database,
                 autocommit=True,
-                charset="utf8mb4",
                 connect_timeout=int(timeout),
                 init_command="SET time_zone = '+00:00'",
             )

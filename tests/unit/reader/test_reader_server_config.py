@@ -72,3 +72,32 @@ def test_an_empty_token_is_refused(tmp_path: Path) -> None:
     assert "server.token_file: the token is empty" in _error(
         "server: {token_file: tok}\n", tmp_path
     )
+
+
+@pytest.mark.parametrize(
+    ("listen", "warned", "url_prefix"),
+    [
+        ("0.0.0.0:0", True, "http://0.0.0.0:"),
+        ("127.0.0.1:0", False, "http://127.0.0.1:"),
+        ("[::1]:0", False, "http://[::1]:"),
+        ("localhost:0", False, "http://127.0.0.1:"),
+    ],
+)
+def test_listening_beyond_loopback_without_a_token_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, listen: str, warned: bool, url_prefix: str
+) -> None:
+    from headwater.reader.serving import close_handles, start_server
+
+    config = parse_reader_config(
+        BASE + f"server: {{listen: '{listen}', fetch_workers: 0}}\n", base=tmp_path, env={}
+    )
+    caplog.set_level("INFO", logger="headwater.reader.serving")
+    server = start_server(config, {})
+    assert server is not None
+    url = server.url
+    close_handles(server)
+    assert url.startswith(url_prefix)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [("without a token" in m and "token_file" in m) for m in warnings] == (
+        [True] if warned else []
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from typing import Any
 
@@ -9,9 +10,10 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from headwater.changes import ChangeRow
 from headwater.errors import SinkError
 from headwater.position import Position
-from headwater.sinks.base import Change, as_change
+from headwater.sinks.base import as_change
 from headwater.sinks.merge import (
     DELETE,
     ROLE_KEY,
@@ -32,11 +34,25 @@ from headwater.sinks.merge import (
 POS = Position(0, 1, 4, 0)
 
 
-def change(op: str, seq: int, key: dict[str, Any] | None, before: Any, after: Any) -> Change:
-    return Change("src", "shop", "t", op, seq, POS, key, before, after)
+def change(op: str, seq: int, key: dict[str, Any] | None, before: Any, after: Any) -> ChangeRow:
+    return ChangeRow(
+        source="src",
+        database="shop",
+        table="t",
+        op=op,
+        ts_us=0,
+        position=POS,
+        gtid="",
+        txn_id="",
+        sequence=seq,
+        key=key,
+        before=before,
+        after=after,
+        schema_version=0,
+    )
 
 
-def net(changes: list[Change]) -> list[NetEffect]:
+def net(changes: list[ChangeRow]) -> list[NetEffect]:
     return collapse(ev for c in changes for ev in explode(c))
 
 
@@ -48,7 +64,7 @@ def apply_net(state: dict[str, dict[str, Any]], effects: list[NetEffect]) -> Non
             state[e.key_id] = {**state.get(e.key_id, {}), **(e.image or {})}
 
 
-def apply_one(state: dict[str, dict[str, Any]], c: Change) -> None:
+def apply_one(state: dict[str, dict[str, Any]], c: ChangeRow) -> None:
     """The reference: what a target does with each change, in order."""
     if c.op == "delete":
         state.pop(key_id(c.key or {}), None)
@@ -146,13 +162,13 @@ def test_routing_sends_the_old_key_delete_to_the_old_keys_shard() -> None:
 
 
 @st.composite
-def histories(draw: st.DrawFn) -> tuple[dict[str, dict[str, Any]], list[Change]]:
+def histories(draw: st.DrawFn) -> tuple[dict[str, dict[str, Any]], list[ChangeRow]]:
     """An initial state and a valid sequence of changes on it (keys 0..4)."""
     keys = range(5)
     values = st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=2))
     initial = {k: {"id": k, "v": draw(values)} for k in keys if draw(st.booleans())}
     live = dict(initial)
-    changes: list[Change] = []
+    changes: list[ChangeRow] = []
     for seq in range(draw(st.integers(0, 25))):
         present = sorted(live)
         absent = [k for k in keys if k not in live]
@@ -187,7 +203,7 @@ def histories(draw: st.DrawFn) -> tuple[dict[str, dict[str, Any]], list[Change]]
 @settings(max_examples=400, deadline=None)
 @given(histories(), st.randoms())
 def test_net_effect_equals_applying_every_change_in_order(
-    history: tuple[dict[str, dict[str, Any]], list[Change]], rnd: Any
+    history: tuple[dict[str, dict[str, Any]], list[ChangeRow]], rnd: Any
 ) -> None:
     initial, changes = history
     expected = dict(initial)
@@ -203,11 +219,11 @@ def test_net_effect_equals_applying_every_change_in_order(
     assert len({e.key_id for e in effects}) == len(effects)
 
 
-def columnar_net(changes: list[Change], count: int) -> dict[int, list[NetEffect]]:
+def columnar_net(changes: list[ChangeRow], count: int) -> dict[int, list[NetEffect]]:
     """The Spark glue's path: each row's copies (route_row on ``key`` and ``before_key``,
     as JSON text as the Arrow columns carry them) spread over ``count`` shards by a hash
     of the key text, then collapse_columns per shard."""
-    copies: dict[int, list[tuple[Change, int, str | None]]] = {}
+    copies: dict[int, list[tuple[ChangeRow, int, str | None]]] = {}
     for c in changes:
         key_text = None if c.key is None else orjson.dumps(c.key).decode()
         old = None
@@ -247,15 +263,14 @@ def comparable(effects: list[NetEffect]) -> list[tuple[Any, ...]]:
 
 
 @st.composite
-def minimal_histories(draw: st.DrawFn) -> list[Change]:
+def minimal_histories(draw: st.DrawFn) -> list[ChangeRow]:
     """Changes whose update images hold only some columns (MINIMAL row images)."""
     _, changes = draw(histories())
     out = []
     for c in changes:
         if c.op == "update" and c.after is not None and draw(st.booleans()):
             keep = {k: v for k, v in c.after.items() if k == "id" or draw(st.booleans())}
-            c = Change(c.source, c.database, c.table, c.op, c.sequence, c.position, c.key,
-                       c.before, keep)  # fmt: skip
+            c = dataclasses.replace(c, after=keep)
         out.append(c)
     return out
 
@@ -263,7 +278,7 @@ def minimal_histories(draw: st.DrawFn) -> list[Change]:
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(histories().map(lambda h: h[1]), minimal_histories()), st.integers(1, 4))
 def test_columnar_routing_and_collapse_equal_explode_and_collapse(
-    changes: list[Change], count: int
+    changes: list[ChangeRow], count: int
 ) -> None:
     by_shard = columnar_net(changes, count)
     reference = net(changes)
@@ -279,15 +294,14 @@ def test_columnar_routing_and_collapse_equal_explode_and_collapse(
 @settings(max_examples=200, deadline=None)
 @given(histories(), histories(), st.randoms())
 def test_columnar_collapse_keeps_keys_of_two_tables_apart(
-    first: tuple[dict[str, dict[str, Any]], list[Change]],
-    second: tuple[dict[str, dict[str, Any]], list[Change]],
+    first: tuple[dict[str, dict[str, Any]], list[ChangeRow]],
+    second: tuple[dict[str, dict[str, Any]], list[ChangeRow]],
     rnd: Any,
 ) -> None:
     """Two tables with the same key texts, interleaved (collapse_columns keys rows by
     their text alone only when every row is of one table)."""
     changes = [
-        Change(c.source, c.database, table, c.op, 2 * c.sequence + n, c.position, c.key,
-               c.before, c.after)
+        dataclasses.replace(c, table=table, sequence=2 * c.sequence + n)
         for n, (table, (_, history)) in enumerate((("t", first), ("u", second)))
         for c in history
     ]  # fmt: skip

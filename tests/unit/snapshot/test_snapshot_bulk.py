@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from headwater.changes import ChangeRow
+from headwater.connections import TargetConnection
 from headwater.position import Position
 from headwater.schema.model import Column, TableDef
-from headwater.sinks.base import ConnectionOptions, StaticSchema
+from headwater.sinks.base import StaticSchema
 from headwater.sinks.mysql import MysqlSink, MysqlSinkConfig
-from headwater.sinks.mysql.bulk import BulkTarget, bulk_target, line_sql, load_sql
+from headwater.sinks.mysql.bulk import BulkTarget, line_sql, load_sql
 from headwater.sinks.postgres import PostgresSink, PostgresSinkConfig
-from headwater.snapshot.bulk import chunk_events
+from headwater.snapshot.bulk import bulk_target, chunk_events
 from headwater.snapshot.chunking import range_predicate
 from headwater.spark.transforms import MaskRule, MaskSpec, RenameDatabaseSpec, RenameTableSpec
 
@@ -139,7 +140,7 @@ def test_load_sql_assigns_through_variables_where_the_text_needs_converting() ->
 
 
 def mysql_sink(**kw: Any) -> MysqlSink:
-    return MysqlSink(MysqlSinkConfig("p", ConnectionOptions(), StaticSchema(()), **kw))
+    return MysqlSink(MysqlSinkConfig("p", TargetConnection(), StaticSchema(()), **kw))
 
 
 def test_bulk_target_for_mysql_sinks_behind_renames_only() -> None:
@@ -151,7 +152,7 @@ def test_bulk_target_for_mysql_sinks_behind_renames_only() -> None:
     )
     assert bulk_target(sink, [*renames, MaskSpec({"email": MaskRule("fixed")})]) is None
     assert bulk_target(mysql_sink(zero_dates="null"), renames) is None
-    pg = PostgresSink(PostgresSinkConfig("p", ConnectionOptions(), StaticSchema(())))
+    pg = PostgresSink(PostgresSinkConfig("p", TargetConnection(), StaticSchema(())))
     assert bulk_target(pg, []) is None
 
 

@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import given, settings, strategies as st
 
 from headwater.changes import ChangeBlock, block_changes
+from headwater.changes.schema import change_arrow_schema, change_row_values
 from headwater.position import Position
 from headwater.spark.partitions import _Columns
-from headwater.spark.schema import change_arrow_schema, change_row_values
 
 NAMES = ("id", "k2", "a", "b", "c")
 

@@ -7,13 +7,13 @@ import json
 from decimal import Decimal
 
 from headwater.changes import ChangeRow
-from headwater.position import Position
-from headwater.spark.schema import (
+from headwater.changes.schema import (
     CHANGE_COLUMNS,
     change_arrow_schema,
     change_row_values,
     change_schema,
 )
+from headwater.position import Position
 
 
 def test_arrow_and_spark_schemas_have_the_same_columns_in_order() -> None:

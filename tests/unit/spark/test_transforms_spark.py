@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from headwater.changes.schema import change_schema
 from headwater.spark.rules import load_rule_script
-from headwater.spark.schema import change_schema
 from headwater.spark.transforms import (
     ComputeSpec,
     ExcludeSpec,

@@ -101,7 +101,7 @@ def test_the_memory_tail_decodes_frames_on_demand(
         frames, gtids = unstamped(records)
         assert log.append_frames(memoryview(frames), gtids) == 20
         log.flush()
-        hit = log._tail_get(7)
+        hit = log.read_side.tail_get(7)
         assert hit is not None
         assert hit[0].seq == 7 and hit[0].payload == records[6].payload
         with log.reader(AtSeq(5)) as r:

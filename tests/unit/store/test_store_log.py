@@ -214,7 +214,7 @@ def test_memory_tail_keeps_the_newest_records_within_its_budget(tmp_path: Path, 
         for r in originals:
             log.append_nowait(r)
         log.flush()
-        first, _base, recs, _ends = log._tail
+        first, _base, recs, _ends = log.read_side.writer.tail  # type: ignore[union-attr]
         # ~190-byte frames: the tail is halved whenever it passes 2000 bytes.
         assert len(recs) == 101 - first
         assert 5 <= len(recs) <= 11
@@ -254,9 +254,10 @@ def test_unfinished_chunked_transaction_is_invisible_and_dropped(tmp_path: Path,
     assert log.acked_seq == 1
     assert [r.seq for r in log.reader()] == [1]
     # Simulate a crash: release the files without finishing the transaction.
-    log._closed = True
-    with log._lock:
-        log._flush_cond.notify_all()
+    pub = log.read_side.pub
+    with pub.lock:
+        pub.closed = True
+        pub.flush_cond.notify_all()
     os.close(log._lock_fd)
     with ChangeLog.open(str(tmp_path), opts()) as again:
         assert again.acked_seq == 1
@@ -344,8 +345,9 @@ def test_idle_log_rolls_on_time(tmp_path: Path, opts, rec) -> None:
     with ChangeLog.open(str(tmp_path), opts(roll_interval_s=0.2, segment_bytes=1 << 20)) as log:
         last = log.append_many([rec(i) for i in range(1, 4)])
         assert log.wait_acked(last, 5.0)
-        with log._cond:
-            rolled = log._cond.wait_for(lambda: len(log._catalog.segments) == 2, 5.0)
+        pub = log.read_side.pub
+        with pub.cond:
+            rolled = pub.cond.wait_for(lambda: len(log.segments()) == 2, 5.0)
         assert rolled
         first, active = log.segments()
         assert first.footer is not None and (first.footer.first_seq, first.footer.last_seq) == (

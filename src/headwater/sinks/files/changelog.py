@@ -6,7 +6,7 @@ Layout (hive-style directories, readable by Spark, DuckDB, pyarrow)::
 
 ``table_id`` is ``database.table`` (``database._ddl`` for DDL rows, whose table is
 empty); ``date`` is the commit date in UTC (from ``commit_ts``). Each file holds change
-rows with exactly the change-row schema (:mod:`headwater.spark.schema`); readers that
+rows with exactly the change-row schema (:mod:`headwater.changes.schema`); readers that
 discover partitions also see ``table_id`` and ``date`` columns.
 
 Idempotence per batch id: a batch is written under ``<path>/_staging/`` (a directory
@@ -73,7 +73,7 @@ class ParquetChangeLog:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from headwater.spark.schema import CHANGE_COLUMNS, change_arrow_schema, image_json
+        from headwater.changes.schema import CHANGE_COLUMNS, change_arrow_schema, image_json
 
         groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
         count = 0

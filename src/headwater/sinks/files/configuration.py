@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from headwater.sinks.base import SchemaSource
+from headwater.sinks.section import SinkContext, SinkSection, parse_fields
 
-__all__ = ["MirrorConfig", "ParquetLogConfig"]
+__all__ = ["MirrorConfig", "ParquetLogConfig", "parse_log", "parse_mirror"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +36,14 @@ class MirrorConfig:
     buckets: int = 8
     partition_column: str | None = None
     shards: int = 2
+
+
+def parse_log(section: SinkSection, context: SinkContext) -> ParquetLogConfig:
+    """The options of a ``type: parquet_log`` section."""
+    return parse_fields(section, ParquetLogConfig, context)
+
+
+def parse_mirror(section: SinkSection, context: SinkContext) -> MirrorConfig:
+    """The options of a ``type: parquet_mirror`` section (``schema_file``: see
+    :func:`~headwater.sinks.section.parse_fields`)."""
+    return parse_fields(section, MirrorConfig, context)

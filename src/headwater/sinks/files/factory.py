@@ -21,6 +21,8 @@ LOG_CAPABILITIES = SinkCapabilities(
     applies_ddl=False,
     ddl_modes=frozenset({DdlMode.SKIP}),
     zero_dates=frozenset({"keep"}),
+    ordering="none",
+    shared_dir="path",
 )
 #: The mirror skips DDL (the next rewrite of a partition takes the new definition).
 MIRROR_CAPABILITIES = SinkCapabilities(
@@ -29,5 +31,6 @@ MIRROR_CAPABILITIES = SinkCapabilities(
     applies_ddl=False,
     ddl_modes=frozenset({DdlMode.SKIP}),
     zero_dates=frozenset({"null"}),
+    shared_dir="path",
 )
 CAPABILITIES = LOG_CAPABILITIES

@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from crc32c import crc32c
 
+from headwater.changes import ChangeRow
 from headwater.schema.model import BINARY_TYPES, Column, TableDef, parse_column_type
-from headwater.sinks.base import Change, SinkCapabilities, as_change
+from headwater.sinks.base import SinkCapabilities, as_change
 from headwater.sinks.merge import DELETE, PUT, KeyEvent, collapse, explode, shard_of
 from headwater.sinks.values import ValueRules, converter
 
@@ -98,7 +99,7 @@ class ParquetMirror:
 
     # -- routing ----------------------------------------------------------------------------
 
-    def part_of(self, change: Change, image: dict[str, Any]) -> str:
+    def part_of(self, change: ChangeRow, image: dict[str, Any]) -> str:
         column = self.config.partition_column
         if column is None:
             key = {c: image.get(c) for c in change.key or {}}
@@ -109,7 +110,7 @@ class ParquetMirror:
         text = value if isinstance(value, str) else orjson.dumps(value).decode().strip('"')
         return urllib.parse.quote(text, safe="")
 
-    def route(self, rows: Iterable[Any]) -> Iterator[tuple[PartKey, Change]]:
+    def route(self, rows: Iterable[Any]) -> Iterator[tuple[PartKey, ChangeRow]]:
         """``(partition, change)`` for each partition a change touches (DDL skipped)."""
         for raw in rows:
             change = as_change(raw)
@@ -135,7 +136,7 @@ class ParquetMirror:
         """The same without Spark; returns how many partitions were rewritten."""
         return sum(_apply_partitions(self, self.route(rows)))
 
-    def rewrite(self, part: PartKey, changes: list[Change]) -> bool:
+    def rewrite(self, part: PartKey, changes: list[ChangeRow]) -> bool:
         """Apply ``changes`` to one partition file; False when all were applied already."""
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -193,7 +194,7 @@ class ParquetMirror:
         os.replace(tmp, path)
         return True
 
-    def _table_def(self, change: Change) -> TableDef:
+    def _table_def(self, change: ChangeRow) -> TableDef:
         from headwater.errors import SinkError
 
         tdef = self.config.schema.table_at(change.database, change.table, change.position)
@@ -231,9 +232,9 @@ def _stable_part(part: PartKey) -> int:
 
 
 def _apply_partitions(
-    mirror: ParquetMirror, pairs: Iterable[tuple[PartKey, Change]]
+    mirror: ParquetMirror, pairs: Iterable[tuple[PartKey, ChangeRow]]
 ) -> Iterator[int]:
-    groups: dict[PartKey, list[Change]] = {}
+    groups: dict[PartKey, list[ChangeRow]] = {}
     for part, change in pairs:
         groups.setdefault(part, []).append(change)
     for part, changes in groups.items():

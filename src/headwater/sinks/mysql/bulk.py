@@ -35,7 +35,9 @@ geometry types                  internal bytes (SRID + WKB)  the column
 Other types (MariaDB's ``inet4``, ``inet6``, ``uuid``, or anything unknown) have no bulk
 form: :func:`line_sql` returns None and callers use the general path.
 
-**Loading** (:class:`BulkTarget`): one target transaction per key range::
+**Loading** (:class:`BulkTarget`, the MySQL sink's
+:class:`~headwater.sinks.base.BulkLoad` capability): one target transaction per key
+range::
 
     DELETE FROM target WHERE <range>         (keys compared as the source orders them)
     LOAD DATA LOCAL INFILE <file> REPLACE INTO TABLE target ...
@@ -60,18 +62,17 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from headwater.errors import SinkError
 from headwater.schema.model import BINARY_TYPES, CHARACTER_TYPES, Column, TableDef
-from headwater.sinks.base import map_database
+from headwater.sinks.base import Renames, map_database
 from headwater.sinks.dialect import SqlSinkConfig
 from headwater.sinks.mysql.client import ZERO_DATE_MODES, MysqlDialect, configure_session
-from headwater.sinks.mysql.factory import MysqlSink
 
-__all__ = ["BulkTarget", "bulk_target", "line_sql", "load_sql"]
+__all__ = ["BulkTarget", "line_sql", "load_sql"]
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,11 @@ class BulkTarget:
     """
 
     config: SqlSinkConfig
-    renames: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    renames: Renames = ()
+
+    def line_sql(self, tdef: TableDef) -> str | None:
+        """:func:`line_sql`: the source's text of one row for this target."""
+        return line_sql(tdef)
 
     def target_name(self, database: str, table: str) -> tuple[str, str]:
         """Where rows of ``database.table`` land: renames in order, then the sink's
@@ -191,20 +196,8 @@ class BulkTarget:
 
     def connect(self) -> Any:
         """A target connection allowed to send local files (module docstring, session)."""
-        import pymysql
-
         options = self.config.connection
-        conn = pymysql.connect(
-            host=options.host,
-            port=options.port,
-            user=options.user,
-            password=options.password(),
-            database=options.database,
-            autocommit=False,
-            charset="utf8mb4",
-            connect_timeout=options.connect_timeout_s,
-            local_infile=True,
-        )
+        conn = options.connect_mysql(autocommit=False, local_infile=True)
         try:
             with conn.cursor() as cur:
                 # No gap locks: loads of neighbouring ranges of one table run at once.
@@ -303,26 +296,3 @@ class BulkTarget:
             with contextlib.suppress(Exception):
                 conn.rollback()  # a lost connection cannot; the server already did
             raise
-
-
-def bulk_target(sink: Any, transforms: Sequence[Any]) -> BulkTarget | None:
-    """The bulk form of ``sink`` behind ``transforms``, or None when rows must take the
-    general path: the sink is not a MySQL/MariaDB one, it does not keep zero dates, or a
-    transform does more than rename databases and tables."""
-    from headwater.spark.transforms import RenameDatabaseSpec, RenameTableSpec
-
-    if not isinstance(sink, MysqlSink) or sink.config.zero_dates != "keep":
-        return None
-    renames: list[tuple[str, tuple[tuple[str, str], ...]]] = []
-    for spec in transforms:
-        if isinstance(spec, RenameDatabaseSpec):
-            renames.append(("database", _pairs(spec.mapping)))
-        elif isinstance(spec, RenameTableSpec):
-            renames.append(("table", _pairs(spec.mapping)))
-        else:
-            return None
-    return BulkTarget(sink.config, tuple(renames))
-
-
-def _pairs(mapping: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple((str(k), str(v)) for k, v in mapping.items())

@@ -2,15 +2,16 @@
 
 * Sessions run with ``time_zone = '+00:00'`` (TIMESTAMP images are UTC), ``sql_mode``
   without ``NO_ZERO_DATE``/``NO_ZERO_IN_DATE`` when zero dates are kept, and the extra
-  session variables of :class:`~headwater.sinks.base.ConnectionOptions`.
+  session variables of :class:`~headwater.connections.TargetConnection`.
 * Upserts are ``INSERT ... VALUES (...), (...) ON DUPLICATE KEY UPDATE c = VALUES(c)``
   (``VALUES()`` works on MariaDB and MySQL; MySQL 8.0.20+ only warns about it).
 * Retryable errors (:data:`RETRYABLE_CODES`): 1205 lock wait timeout, 1213 deadlock,
   2003 cannot connect, 2006 server gone away, 2013 lost connection, 1927 connection
   killed (MariaDB), 4031 disconnected for inactivity (MySQL), and a closed connection.
-* DDL runs after ``USE`` of the mapped default database (created if missing), with
-  qualified names of mapped databases rewritten by sqlglot (MySQL dialect); a statement
-  sqlglot cannot parse runs as written.
+* Schema changes are steps (:mod:`headwater.sinks.schemachange`) rendered as MySQL DDL
+  from the source's definitions; only DDL with no table definition (indexes, views) runs
+  as the source wrote it, after ``USE`` of the mapped default database, with qualified
+  names of mapped databases rewritten by sqlglot (MySQL dialect).
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from decimal import Decimal
 from types import NoneType
 from typing import Any, ClassVar
 
-from headwater.schema.model import TableDef
-from headwater.sinks.base import Change, ConnectionOptions, SinkCapabilities, map_database
+from headwater.changes import ChangeRow
+from headwater.connections import TargetConnection
+from headwater.schema.model import Column, TableDef
+from headwater.sinks.base import SinkCapabilities, map_database
 from headwater.sinks.dialect import SqlDialect, SqlSinkConfig
+from headwater.sinks.schemachange import Step, TargetColumns
 
 __all__ = ["RETRYABLE_CODES", "ZERO_DATE_MODES", "MysqlDialect", "configure_session"]
 
@@ -38,7 +42,7 @@ RETRYABLE_CODES = frozenset({1205, 1213, 1927, 2003, 2006, 2013, 4031})
 ZERO_DATE_MODES = ("NO_ZERO_DATE", "NO_ZERO_IN_DATE")
 
 
-def configure_session(cur: Any, options: ConnectionOptions, drop_modes: Sequence[str]) -> None:
+def configure_session(cur: Any, options: TargetConnection, drop_modes: Sequence[str]) -> None:
     """A target session as the sinks need it: UTC, ``drop_modes`` removed from
     ``sql_mode`` (none: left as it is), then the extra session variables of ``options``."""
     cur.execute("SET time_zone = '+00:00'")
@@ -56,20 +60,10 @@ class MysqlDialect(SqlDialect):
     capabilities: ClassVar[SinkCapabilities]  # set by headwater.sinks.mysql.factory
     quote_char = "`"
     text_bytes = True
+    runs_mysql_ddl = True
 
-    def connect(self, options: ConnectionOptions, config: SqlSinkConfig) -> Any:
-        import pymysql
-
-        conn = pymysql.connect(
-            host=options.host,
-            port=options.port,
-            user=options.user,
-            password=options.password(),
-            database=options.database,
-            autocommit=False,
-            charset="utf8mb4",
-            connect_timeout=options.connect_timeout_s,
-        )
+    def connect(self, options: TargetConnection, config: SqlSinkConfig) -> Any:
+        conn = options.connect_mysql(autocommit=False)
         try:
             with conn.cursor() as cur:
                 zero = config.zero_dates == "keep"
@@ -90,6 +84,12 @@ class MysqlDialect(SqlDialect):
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         return code in RETRYABLE_CODES
 
+    def missing_table(self, exc: BaseException) -> bool:
+        import pymysql
+
+        # ER_NO_SUCH_TABLE (1146), mysys/errmsg / include/mysqld_error.h
+        return isinstance(exc, pymysql.err.MySQLError) and bool(exc.args) and exc.args[0] == 1146
+
     def upsert_rendered(
         self, table: str, columns: Sequence[str], key: Sequence[str], rows: str
     ) -> str:
@@ -107,23 +107,81 @@ class MysqlDialect(SqlDialect):
         literals = [_literals(conn, values) for values in columns]
         return "(" + "), (".join(map(", ".join, zip(*literals, strict=True))) + ")"
 
+    def column_sql(self, col: Column) -> str:
+        """A column's definition as ``CREATE``/``ALTER TABLE`` takes it."""
+        text = f"{self.ident(col.name)} {col.column_type}"
+        if col.is_character and col.charset and col.charset != "binary":
+            text += f" CHARACTER SET {col.charset}"
+        return text + ("" if col.nullable else " NOT NULL")
+
     def create_table_sql(self, schema: str, tdef: TableDef) -> list[str]:
-        lines = []
-        for col in tdef.columns:
-            text = f"{self.ident(col.name)} {col.column_type}"
-            if col.is_character and col.charset and col.charset != "binary":
-                text += f" CHARACTER SET {col.charset}"
-            if not col.nullable:
-                text += " NOT NULL"
-            lines.append(text)
+        lines = [self.column_sql(col) for col in tdef.columns]
         if tdef.primary_key:
             lines.append(f"PRIMARY KEY ({', '.join(self.ident(c) for c in tdef.primary_key)})")
         options = f" DEFAULT CHARSET={tdef.charset}" if tdef.charset else ""
         return [
-            f"CREATE DATABASE IF NOT EXISTS {self.ident(schema)}",
+            self.create_schema_sql(schema),
             f"CREATE TABLE IF NOT EXISTS {self.table_ref(schema, tdef.table)} "
             f"({', '.join(lines)}){options}",
         ]
+
+    def create_schema_sql(self, schema: str) -> str:
+        return f"CREATE DATABASE IF NOT EXISTS {self.ident(schema)}"
+
+    def target_columns(self, cur: Any, schema: str, table: str) -> TargetColumns:
+        # COLUMN_TYPE, not DATA_TYPE: relaxing a column (MODIFY ... NULL) restates it.
+        cur.execute(
+            "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS"
+            " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (schema, table),
+        )
+        found = {_text(n): (_text(t), _text(null) == "YES") for n, t, null in cur.fetchall()}
+        return found or None
+
+    def render_step(self, step: Step, config: SqlSinkConfig) -> list[str]:
+        db = map_database(config.database_map, step.database)
+        table = self.table_ref(db, step.table) if step.table else ""
+        op = step.op
+        if op == "create_database":
+            return [self.create_schema_sql(db)]
+        if op == "drop_database":
+            return [f"DROP DATABASE IF EXISTS {self.ident(db)}"]
+        if op == "create_table" and step.tdef is not None:
+            return self.create_table_sql(db, step.tdef)[1:]  # the sink creates the database
+        if op == "drop_table":
+            return [f"DROP TABLE IF EXISTS {table}"]
+        if op == "truncate":
+            return [f"TRUNCATE TABLE {table}"]
+        if op == "rename_table":
+            new_db = map_database(config.database_map, step.new_database)
+            return [f"RENAME TABLE {table} TO {self.table_ref(new_db, step.new_table)}"]
+        if op == "add_column" and step.column is not None:
+            return [f"ALTER TABLE {table} ADD COLUMN {self.column_sql(step.column)}"]
+        if op == "modify_column" and step.column is not None:
+            return [f"ALTER TABLE {table} MODIFY COLUMN {self.column_sql(step.column)}"]
+        if op == "drop_column":
+            return [f"ALTER TABLE {table} DROP COLUMN {self.ident(step.name)}"]
+        if op == "relax_column":
+            return [f"ALTER TABLE {table} MODIFY COLUMN {self.ident(step.name)} {step.type_text}"]
+        if op == "rename_column":
+            return [
+                f"ALTER TABLE {table} RENAME COLUMN {self.ident(step.name)}"
+                f" TO {self.ident(step.new_name)}"
+            ]
+        if op == "primary_key":
+            parts = ["DROP PRIMARY KEY"] if step.type_text == "had" else []
+            if step.key:
+                parts.append(f"ADD PRIMARY KEY ({', '.join(map(self.ident, step.key))})")
+            return [f"ALTER TABLE {table} {', '.join(parts)}"] if parts else []
+        if op == "source_sql":
+            # DDL with no table definition (indexes, views): MySQL's own text, run in
+            # the mapped default database with mapped qualified names.
+            sql = step.sql
+            mapping = dict(config.database_map)
+            if mapping and any(src.lower() in sql.lower() for src in mapping):
+                sql = rewrite_databases(sql, mapping)
+            return [f"USE {self.ident(db)}", sql]
+        raise ValueError(f"unknown schema-change step {op!r}")
 
     def checkpoint_setup_sql(self, schema: str) -> list[str]:
         return [
@@ -142,7 +200,7 @@ class MysqlDialect(SqlDialect):
             " applies, rows_applied, applied_at) VALUES (%s, %s, %s, -1, -1, 0, 0, NULL)"
         )
 
-    def ddl_statements(self, change: Change, config: SqlSinkConfig) -> list[str]:
+    def ddl_statements(self, change: ChangeRow, config: SqlSinkConfig) -> list[str]:
         sql = change.sql or ""
         mapping = dict(config.database_map)
         if mapping and any(src.lower() in sql.lower() for src in mapping):
@@ -155,6 +213,10 @@ class MysqlDialect(SqlDialect):
                 f"USE {self.ident(target)}",
             ]
         return [*out, sql]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _literals(conn: Any, values: list[Any]) -> list[str]:

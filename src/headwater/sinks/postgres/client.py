@@ -37,9 +37,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from headwater.connections import TargetConnection
 from headwater.schema.model import BINARY_TYPES, Column, TableDef, parse_column_type
-from headwater.sinks.base import ConnectionOptions, SinkCapabilities
+from headwater.sinks.base import SinkCapabilities, map_database
 from headwater.sinks.dialect import SqlDialect, SqlSinkConfig
+from headwater.sinks.schemachange import Step
 
 __all__ = ["RETRYABLE_SQLSTATES", "PostgresDialect", "pg_type"]
 
@@ -114,7 +116,7 @@ class PostgresDialect(SqlDialect):
     quote_char = '"'
     text_bytes = False
 
-    def connect(self, options: ConnectionOptions, config: SqlSinkConfig) -> Any:
+    def connect(self, options: TargetConnection, config: SqlSinkConfig) -> Any:
         import psycopg
 
         conn = psycopg.connect(
@@ -171,15 +173,86 @@ class PostgresDialect(SqlDialect):
         if tdef.primary_key:
             lines.append(f"PRIMARY KEY ({', '.join(self.ident(c) for c in tdef.primary_key)})")
         return [
-            f"CREATE SCHEMA IF NOT EXISTS {self.ident(schema)}",
+            self.create_schema_sql(schema),
             f"CREATE TABLE IF NOT EXISTS {self.table_ref(schema, tdef.table)} ({', '.join(lines)})",
         ]
+
+    def create_schema_sql(self, schema: str) -> str:
+        return f"CREATE SCHEMA IF NOT EXISTS {self.ident(schema)}"
+
+    def render_step(self, step: Step, config: SqlSinkConfig) -> list[str]:
+        """PostgreSQL DDL derived from the source's definitions (never MySQL text): types
+        by :func:`pg_type`; a column added mid-stream is nullable (PostgreSQL has no
+        implicit default to give the rows already there, as MySQL does)."""
+        db = map_database(config.database_map, step.database)
+        table = self.table_ref(db, step.table) if step.table else ""
+        op, col = step.op, step.column
+        if op == "create_database":
+            return [self.create_schema_sql(db)]
+        if op == "drop_database":
+            return [f"DROP SCHEMA IF EXISTS {self.ident(db)} CASCADE"]
+        if op == "create_table" and step.tdef is not None:
+            return self.create_table_sql(db, step.tdef)[1:]  # the sink creates the schema
+        if op == "drop_table":
+            return [f"DROP TABLE IF EXISTS {table}"]
+        if op == "truncate":
+            return [f"TRUNCATE TABLE {table}"]
+        if op == "rename_table":
+            new_db = map_database(config.database_map, step.new_database)
+            out = []
+            if new_db != db:
+                out.append(f"ALTER TABLE {table} SET SCHEMA {self.ident(new_db)}")
+                table = self.table_ref(new_db, step.table)
+            if step.new_table != step.table:
+                out.append(f"ALTER TABLE {table} RENAME TO {self.ident(step.new_table)}")
+            return out
+        if op == "add_column" and col is not None:
+            return [f"ALTER TABLE {table} ADD COLUMN {self.ident(col.name)} {pg_type(col)}"]
+        if op == "modify_column" and col is not None:
+            name, kind = self.ident(col.name), pg_type(col)
+            null = "DROP NOT NULL" if col.nullable else "SET NOT NULL"
+            return [
+                f"ALTER TABLE {table} ALTER COLUMN {name} TYPE {kind} USING {name}::{kind}",
+                f"ALTER TABLE {table} ALTER COLUMN {name} {null}",
+            ]
+        if op == "drop_column":
+            return [f"ALTER TABLE {table} DROP COLUMN {self.ident(step.name)}"]
+        if op == "relax_column":
+            return [f"ALTER TABLE {table} ALTER COLUMN {self.ident(step.name)} DROP NOT NULL"]
+        if op == "rename_column":
+            return [
+                f"ALTER TABLE {table} RENAME COLUMN {self.ident(step.name)}"
+                f" TO {self.ident(step.new_name)}"
+            ]
+        if op == "primary_key":
+            # The key constraint's name is PostgreSQL's choice (``<table>_pkey`` when the
+            # table was created, kept across renames): look it up.
+            regclass = table.replace("'", "''")
+            out = [
+                "DO $$ DECLARE n text; BEGIN SELECT conname INTO n FROM pg_constraint"
+                f" WHERE conrelid = '{regclass}'::regclass AND contype = 'p';"
+                f" IF n IS NOT NULL THEN EXECUTE format('ALTER TABLE {regclass}"
+                " DROP CONSTRAINT %I', n); END IF; END $$"
+            ]
+            if step.key:
+                key = ", ".join(map(self.ident, step.key))
+                out.append(f"ALTER TABLE {table} ADD PRIMARY KEY ({key})")
+            return out
+        if op == "source_sql":
+            return []  # MySQL text: never run on PostgreSQL
+        raise ValueError(f"unknown schema-change step {op!r}")
 
     def setup_lock_sql(self) -> list[str]:
         # CREATE SCHEMA/TABLE IF NOT EXISTS is not safe under concurrency in PostgreSQL
         # (two creators both pass the check; one fails on the pg_namespace or pg_type
         # unique index): creators take one transaction-scoped advisory lock in turn.
         return [f"SELECT pg_advisory_xact_lock({SETUP_LOCK})"]
+
+    def missing_table(self, exc: BaseException) -> bool:
+        import psycopg
+
+        # 42P01 undefined_table (PostgreSQL, Appendix A "Error Codes")
+        return isinstance(exc, psycopg.Error) and exc.sqlstate == "42P01"
 
     def lost_create_race(self, exc: BaseException) -> bool:
         import psycopg

@@ -12,8 +12,8 @@ __all__ = ["CAPABILITIES", "PostgresSink"]
 CAPABILITIES = SinkCapabilities(
     name="postgres",
     transactional=True,
-    applies_ddl=False,
-    ddl_modes=frozenset({DdlMode.SKIP, DdlMode.FAIL}),
+    applies_ddl=True,
+    ddl_modes=frozenset(DdlMode),
     max_params=65_535,
     zero_dates=frozenset({"null", "fail"}),
 )

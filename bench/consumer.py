@@ -1,0 +1,234 @@
+"""The consumer SDK against a bare fetch loop, and a group's recovery after a SIGKILL.
+
+Throughput: a sandbox MariaDB logs ``rows`` inserts into ``bench.orders`` (the workload of
+``bench/fetch.py``, one store record per transaction of 100 rows) into a change log that a
+``HeadwaterServer`` serves from a child process. In this process, one after the other:
+
+* the *bare loop*: ``/v1/subscribe`` (format ``raw``) from earliest, then ``/v1/fetch``
+  until every record is read, each record decoded with ``decode_record`` (what a client
+  that does everything itself must do);
+* the *SDK*: ``Consumer`` (1 process, 4 shards, client decoding, file checkpoints) with a
+  no-op handler, timed from ``start()`` until the handler has seen every row.
+
+Both count every row; they alternate ``--rounds`` times (default 2) and the best of each
+is kept, as the machine's load changes between runs.
+
+Recovery: a standalone ZooKeeper (Debian's package, as the tests start it), two member
+processes of one group (4 shards, the default session timeout, ``ZkStore``) whose handler
+takes 50 ms per batch of 20 rows, so the log lasts; once the first member has handled a
+batch of each of its shards it is SIGKILLed, and the time until the other member handles a
+batch of one of those shards is printed. Last lines::
+
+    sigkill_to_resume_s=<seconds>
+    sdk_rows_per_s=<n>
+    raw_fetch_rows_per_s=<n>
+    sdk_vs_raw_fetch=<ratio>
+
+``--member URL ZK GROUP`` runs one member (used by the recovery part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import multiprocessing
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fetch import records, workload  # bench/fetch.py: the same workload and records
+from headwater.changes import decode_record
+from headwater.client import Batch, Consumer, ConsumerOptions, FileStore, ZkStore
+from headwater.client.transport import record_of
+from headwater.sandbox import MariadbSandbox
+from headwater.store import ChangeLog, Durability, StoreOptions
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def serve(directory: str, fde: Any, conn: Any) -> None:
+    """Child process: serve the change log in ``directory`` until told to stop."""
+    from headwater.server import ServerOptions, TaskHandle
+    from headwater.server.app import HeadwaterServer
+
+    log = ChangeLog.open(directory, StoreOptions(durability=Durability.NONE))
+    tasks = {"bench": TaskHandle(log=log, fde=fde)}
+    with HeadwaterServer(
+        tasks, ServerOptions(max_rows=100_000, max_bytes=256 << 20)
+    ).start() as api:
+        host, port = api.address
+        conn.send(f"http://{host}:{port}")
+        conn.recv()
+    log.close()
+
+
+def bare_loop(url: str, fde: Any, n_rows: int) -> float:
+    """Rows/s of subscribe + fetch (raw) + decode_record with one connection."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    began = time.perf_counter()
+    conn.request("POST", "/v1/subscribe", orjson.dumps({"task": "bench", "format": "raw"}))
+    token = orjson.loads(conn.getresponse().read())["checkpoint"]
+    rows = 0
+    while rows < n_rows:
+        body = {"checkpoint": token, "max_rows": 2000, "max_bytes": 8 << 20, "timeout_ms": 1000}
+        conn.request("POST", "/v1/fetch", orjson.dumps(body))
+        page = orjson.loads(conn.getresponse().read())
+        for doc in page["records"]:
+            rows += sum(1 for _ in decode_record(record_of(doc), source="bench", fde=fde))
+        token = page["checkpoint"]
+    elapsed = time.perf_counter() - began
+    conn.close()
+    assert rows == n_rows, rows
+    return n_rows / elapsed
+
+
+def sdk(url: str, n_rows: int, directory: str) -> float:
+    """Rows/s delivered by the SDK to a no-op handler (4 shards, one process)."""
+    seen = [0]
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def handle(batch: Batch) -> None:
+        with lock:
+            seen[0] += len(batch.changes)
+            if seen[0] >= n_rows:
+                done.set()
+
+    options = ConsumerOptions(task="bench", group="sdk", readers=(url,), shards=4)
+    began = time.perf_counter()
+    consumer = Consumer(options, handle, FileStore(directory)).start()
+    try:
+        assert done.wait(600), f"the SDK delivered {seen[0]} of {n_rows} rows"
+        elapsed = time.perf_counter() - began
+    finally:
+        consumer.stop()
+    assert seen[0] == n_rows, seen[0]
+    return n_rows / elapsed
+
+
+def member(url: str, zk: str, group: str) -> int:
+    """One group member: prints ``<time> <shard>`` per batch; runs until killed."""
+    from headwater.coordination.zk import connect
+
+    out = threading.Lock()  # one line per batch, whole: workers run in parallel
+
+    def handle(batch: Batch) -> None:
+        time.sleep(0.05)
+        with out:
+            print(f"batch {time.time():.3f} {batch.shard}", flush=True)
+
+    options = ConsumerOptions(
+        task="bench", group=group, readers=(url,), shards=4, batch_size=20, zookeeper=zk
+    )
+    client = connect(zk)
+    Consumer(options, handle, ZkStore(client)).start()
+    while True:
+        time.sleep(1)
+
+
+def recovery(url: str) -> float:
+    """Seconds from the SIGKILL of a member to its shards being consumed again."""
+    sys.path.insert(0, str(REPO))
+    from tests.integration.zk_support import zookeeper_server
+
+    with zookeeper_server() as zk:
+        cmd = [sys.executable, __file__, "--member", url, zk, "recovery"]
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        try:
+            lines: list[list[tuple[float, int]]] = [[], []]
+
+            def pump(i: int) -> None:
+                for line in procs[i].stdout:  # type: ignore[union-attr]
+                    words = line.split()
+                    if len(words) == 3 and words[0] == "batch":
+                        lines[i].append((float(words[1]), int(words[2])))
+                    else:
+                        print(f"member {i}: {line.rstrip()}", file=sys.stderr)
+
+            for i in range(2):
+                threading.Thread(target=pump, args=(i,), daemon=True).start()
+            deadline = time.monotonic() + 60
+            while len({s for _t, s in lines[0]}) < 2 or len({s for _t, s in lines[1]}) < 2:
+                assert time.monotonic() < deadline, "the members did not share the shards"
+                time.sleep(0.1)
+            time.sleep(0.5)
+            victim = {s for _t, s in lines[0]}
+            procs[0].kill()
+            killed = time.time()
+            deadline = time.monotonic() + 60
+            while True:
+                resumed = [t for t, s in list(lines[1]) if s in victim and t > killed]
+                if resumed:
+                    return min(resumed) - killed
+                assert time.monotonic() < deadline, "the killed member's shards never resumed"
+                time.sleep(0.05)
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+                if p.stdout is not None:
+                    p.stdout.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small run (about a minute)")
+    parser.add_argument("--rows", type=int, default=None, help="rows to insert (100000)")
+    parser.add_argument("--rounds", type=int, default=2, help="throughput runs of each (best)")
+    parser.add_argument("--member", nargs=3, metavar=("URL", "ZK", "GROUP"))
+    args = parser.parse_args(argv)
+    if args.member:
+        return member(*args.member)
+    n_rows = args.rows or (20_000 if args.quick else 100_000)
+
+    server = MariadbSandbox().start()
+    try:
+        file, start = workload(server, n_rows)
+        fde, recs = records(server, file, start)
+    finally:
+        server.stop()
+    print(f"logged {n_rows} rows in {len(recs)} transactions", file=sys.stderr)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = ChangeLog.open(f"{tmp}/log", StoreOptions(durability=Durability.NONE))
+        for rec in recs:
+            log.append_nowait(rec)
+        log.flush()
+        log.close()
+        ctx = multiprocessing.get_context("spawn")
+        here, there = ctx.Pipe()
+        child = ctx.Process(target=serve, args=(f"{tmp}/log", fde, there))
+        child.start()
+        try:
+            assert here.poll(60), "the server process did not start"
+            url = here.recv()
+            # alternated, best of each: the machine is shared, its load changes
+            raw = with_sdk = 0.0
+            for attempt in range(args.rounds):
+                raw = max(raw, bare_loop(url, fde, n_rows))
+                with_sdk = max(with_sdk, sdk(url, n_rows, f"{tmp}/checkpoints-{attempt}"))
+                print(f"round {attempt}: best bare loop {raw:,.0f} rows/s, best SDK "
+                      f"{with_sdk:,.0f} rows/s", file=sys.stderr)  # fmt: skip
+            resume = recovery(url)
+        finally:
+            here.send("stop")
+            child.join(10)
+            if child.is_alive():
+                child.kill()
+                child.join()
+    print(f"sigkill_to_resume_s={resume:.2f}")
+    print(f"sdk_rows_per_s={with_sdk:.0f}")
+    print(f"raw_fetch_rows_per_s={raw:.0f}")
+    print(f"sdk_vs_raw_fetch={with_sdk / raw:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""Stored transactions and the change rows consumers see.
+
+The reader stores each committed transaction as one store record (``headwater.store``)
+whose payload is the transaction's binlog events, checksums verified and stripped
+(DESIGN.md, decision 1). Payload format, repeated to the end::
+
+    length  u32 LE   bytes of the event that follows
+    event            19-byte common header + body, as the server logged it minus its
+                     checksum (the header's event_size still counts the 4 checksum bytes
+                     when the source used CRC32; the length prefix is the truth)
+
+A chunk of a large transaction holds a run of its events and repeats, at its start, the
+TABLE_MAP events its rows events need, so that every record decodes on its own. Its
+``position.event_index`` plus an event's place in the payload is that event's index in
+the transaction: for a chunk that repeats ``r`` TABLE_MAPs, the index of its first new
+event minus ``r`` (the repeated maps take indexes of earlier events, and yield no rows).
+
+:func:`decode_record` turns a record into :class:`ChangeRow` values: one per changed row,
+and one per DDL statement. Decoding needs the source's FORMAT_DESCRIPTION (table id size,
+post-header lengths, MariaDB or MySQL) and, for tables logged with MINIMAL metadata, the
+column definitions in force at the record's position (a :class:`SchemaLookup`, in practice
+``headwater.schema``'s history).
+
+Order: ``ChangeRow.sequence`` is ``record.seq << 24 | n`` where ``n`` counts the record's
+changes, so sequences order every change of a source (a record holds far fewer than 2**24
+rows: records are bounded in bytes).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from headwater.binlog.codec import ColumnDef
+from headwater.binlog.constants import EVENT_HEADER, EVENT_HEADER_SIZE
+from headwater.binlog.events import DecodeContext, QueryEvent, RowsEvent, parse_event
+from headwater.binlog.framing import FormatDescription, RawEvent, event_type_name
+from headwater.binlog.rows import ROWS_EVENT_TYPES, rows_event_table_id
+from headwater.binlog.tablemap import TableMap
+from headwater.changes.sequence import sequence_of
+from headwater.errors import BinlogFormatError, TruncatedError
+from headwater.position import Position
+
+__all__ = [
+    "ChangeBlock",
+    "ChangeRow",
+    "DdlFilter",
+    "SchemaLookup",
+    "TableFilter",
+    "block_changes",
+    "decode_blocks",
+    "decode_record",
+    "encode_events",
+    "is_ddl",
+    "iter_payload_events",
+]
+
+_LEN = struct.Struct("<I")
+_unpack_header = EVENT_HEADER.unpack_from
+
+#: Statements in QUERY events that are transaction control, not DDL.
+_NOT_DDL = re.compile(
+    rb"\s*(?:/\*.*?\*/\s*)*(?:BEGIN|COMMIT|ROLLBACK|XA\s|SAVEPOINT|RELEASE\s+SAVEPOINT|"
+    rb"START\s+TRANSACTION)\b",
+    re.IGNORECASE | re.DOTALL,
+)
+
+TableFilter = Callable[[str, str], bool]
+#: ``(statement, default database) -> keep``: which DDL statements a reader of some
+#: tables gets (built on ``headwater.schema.ddlscope`` by the callers).
+DdlFilter = Callable[[str, str], bool]
+
+
+class SchemaLookup(Protocol):
+    """Column definitions and keys in force at a position (``headwater.schema``)."""
+
+    def columns_for(self, table_map: TableMap, position: Position) -> Sequence[ColumnDef] | None:
+        """The columns of ``table_map``'s table at ``position`` (``None``: unknown)."""
+
+    def primary_key_for(
+        self, database: str, table: str, position: Position
+    ) -> tuple[str, ...] | None:
+        """Names of the primary key columns (``None``: unknown or no key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRow:
+    """One change of one row, or one DDL statement (``op == "ddl"``).
+
+    ``op`` is ``insert``, ``update``, ``delete``, ``read`` (snapshot) or ``ddl``.
+    ``before``/``after`` map column names to values (see docs/formats.md); with a MINIMAL
+    row image they hold only the columns the server logged. ``key`` holds the primary key
+    values (from ``after``, or ``before`` for deletes), ``None`` when the table's key is
+    unknown. ``ts_us`` is the commit timestamp in microseconds; ``txn_id`` the GTID, or
+    ``FILE_NUM:OFFSET`` of the transaction where there is none.
+    """
+
+    source: str
+    database: str
+    table: str
+    op: str
+    ts_us: int
+    position: Position
+    gtid: str
+    txn_id: str
+    sequence: int
+    key: dict[str, Any] | None
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    schema_version: int
+    sql: str | None = None
+
+    @property
+    def table_name(self) -> str:
+        """``database.table``."""
+        return f"{self.database}.{self.table}"
+
+
+def encode_events(events: Iterable[bytes | memoryview]) -> bytes:
+    """The payload of a record holding ``events`` (each header + body, no checksum)."""
+    parts: list[bytes | memoryview] = []
+    for event in events:
+        parts.append(_LEN.pack(len(event)))
+        parts.append(event)
+    return b"".join(parts)
+
+
+def iter_payload_events(
+    payload: bytes | memoryview, *, source: str = "<record>"
+) -> Iterator[RawEvent]:
+    """The events of a record payload, in order. ``offset`` is each event's offset in
+    its binlog file, from its header (``log_pos - event_size``; ``None`` where the header
+    has no ``log_pos``). Raises :class:`BinlogFormatError` on a malformed payload."""
+    view = memoryview(payload)
+    end = len(view)
+    pos = 0
+    while pos < end:
+        if end - pos < 4:
+            raise TruncatedError("payload ends inside an event length", source=source, offset=pos)
+        (size,) = _LEN.unpack_from(view, pos)
+        pos += 4
+        if size < EVENT_HEADER_SIZE or pos + size > end:
+            raise BinlogFormatError(
+                f"event length {size} does not fit the payload ({end - pos} bytes left)",
+                source=source,
+                offset=pos - 4,
+            )
+        ts, type_code, server_id, event_size, log_pos, flags = _unpack_header(view, pos)
+        offset = log_pos - event_size if log_pos >= event_size > 0 else None
+        yield RawEvent(offset, ts, type_code, server_id, log_pos, flags, view[pos : pos + size])
+        pos += size
+
+
+def is_ddl(query: QueryEvent) -> bool:
+    """Whether a QUERY event is a statement other than transaction control."""
+    return _NOT_DDL.match(query.query_bytes) is None
+
+
+@dataclass(slots=True)
+class ChangeBlock:
+    """The changes of one event of a record, undecoded into dicts: one rows event's rows
+    (``op`` insert/update/delete) or one DDL statement (``op == "ddl"``, ``sql`` set).
+
+    ``first`` is the index of its first change among the record's changes (its sequence
+    is ``record.seq << 24 | first``); ``rows`` are the rows event's value tuples (pairs
+    of tuples for updates) whose names are ``before_names`` / ``after_names``;
+    ``key_names`` as in :class:`ChangeRow` (``None``: unknown). :func:`decode_record`
+    builds :class:`ChangeRow` s from these; the Spark source builds its columns from them
+    directly, without a dict per image where it needs only JSON text.
+    """
+
+    database: str
+    table: str
+    op: str
+    position: Position
+    first: int
+    rows: list[Any]
+    before_names: list[str]
+    after_names: list[str]
+    key_names: tuple[str, ...] | None
+    sql: str | None = None
+
+    def __len__(self) -> int:
+        return 1 if self.op == "ddl" else len(self.rows)
+
+    def images(self) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+        """``(before, after)`` dicts of each row (``None`` where the event has none)."""
+        before_names, after_names = self.before_names, self.after_names
+        if self.op == "update":
+            for b, a in self.rows:
+                yield (
+                    dict(zip(before_names, b, strict=True)),
+                    dict(zip(after_names, a, strict=True)),
+                )
+        elif self.op == "insert":
+            for a in self.rows:
+                yield None, dict(zip(after_names, a, strict=True))
+        else:
+            for b in self.rows:
+                yield dict(zip(before_names, b, strict=True)), None
+
+
+def decode_record(
+    record: Any,
+    *,
+    source: str,
+    fde: FormatDescription | None,
+    schema: SchemaLookup | None = None,
+    want: TableFilter | None = None,
+    want_ddl: DdlFilter | None = None,
+) -> list[ChangeRow]:
+    """The changes of one stored record (a ``headwater.store.Record``).
+
+    ``want(database, table)`` keeps only the tables it accepts; rows events of other
+    tables are skipped without decoding their rows. ``want_ddl(statement, default
+    database)`` keeps only the DDL statements it accepts (None: every one; callers that
+    filter tables pass one built on ``headwater.schema.ddlscope``, which this package may
+    not import). Raises
+    :class:`~headwater.errors.BinlogFormatError` naming the record's position on bytes
+    that do not decode.
+    """
+    out: list[ChangeRow] = []
+    blocks = decode_blocks(
+        record, source=source, fde=fde, schema=schema, want=want, want_ddl=want_ddl
+    )
+    for block in blocks:
+        out += block_changes(record, block, source)
+    return out
+
+
+def block_changes(record: Any, block: ChangeBlock, source: str) -> list[ChangeRow]:
+    """The :class:`ChangeRow` s of one block of ``record``."""
+    gtid: str = record.gtid
+    base: Position = record.position
+    txn_id = gtid or f"{base.file_num}:{base.offset}"
+    ts_us: int = record.ts_us
+    version: int = record.schema_version
+    database, table, op, position = block.database, block.table, block.op, block.position
+    n = sequence_of(record.seq, block.first)
+    if op == "ddl":
+        return [
+            ChangeRow(source, database, "", "ddl", ts_us, position, gtid, txn_id, n,
+                      None, None, None, version, block.sql)
+        ]  # fmt: skip
+    out: list[ChangeRow] = []
+    key_names = block.key_names
+    for before, after in block.images():
+        image = after if after is not None else before
+        key = None if key_names is None or image is None else {k: image.get(k) for k in key_names}
+        out.append(
+            ChangeRow(source, database, table, op, ts_us, position, gtid, txn_id, n,
+                      key, before, after, version)
+        )  # fmt: skip
+        n += 1
+    return out
+
+
+def decode_blocks(
+    record: Any,
+    *,
+    source: str,
+    fde: FormatDescription | None,
+    schema: SchemaLookup | None = None,
+    want: TableFilter | None = None,
+    want_ddl: DdlFilter | None = None,
+) -> list[ChangeBlock]:
+    """The change blocks of one stored record, in order (as :func:`decode_record`)."""
+    base: Position = record.position
+    where = f"{source} record {record.seq} at {base}"
+    ctx = DecodeContext(fde=fde, source=where)
+    if schema is not None:
+        ctx.columns = lambda table_map: schema.columns_for(table_map, base)
+    out: list[ChangeBlock] = []
+    n = 0
+    skip_ids: set[int] = set()
+    for index, raw in enumerate(iter_payload_events(record.payload, source=where)):
+        type_code = raw.type_code
+        if type_code in ROWS_EVENT_TYPES and skip_ids:
+            table_id = rows_event_table_id(raw.body, table_id_size=ctx.table_id_size)
+            if table_id in skip_ids:
+                continue
+        try:
+            event = parse_event(raw, ctx)
+        except BinlogFormatError as e:
+            raise e.located(
+                source=where, offset=raw.offset, event_type=event_type_name(type_code)
+            ) from None
+        if isinstance(event, TableMap):
+            if want is not None and not want(event.schema, event.table):
+                skip_ids.add(event.table_id)
+            else:
+                skip_ids.discard(event.table_id)
+        elif isinstance(event, RowsEvent):
+            position = Position(
+                base.change_id, base.file_num, base.offset, base.event_index + index
+            )
+            tm = event.table_map
+            columns = ctx.columns(tm) if ctx.columns is not None else None
+            names = event.column_names(columns)
+            block = ChangeBlock(
+                tm.schema,
+                tm.table,
+                event.kind,
+                position,
+                n,
+                event.rows,
+                [names[i] for i in event.columns_before],
+                [names[i] for i in event.columns_after],
+                _key_names(tm, names, schema, position),
+            )
+            if block.rows:
+                out.append(block)
+                n += len(block.rows)
+        elif isinstance(event, QueryEvent) and is_ddl(event):
+            if want_ddl is not None and not want_ddl(event.query, event.schema):
+                continue  # another table's DDL, or a statement not about data
+            position = Position(
+                base.change_id, base.file_num, base.offset, base.event_index + index
+            )
+            out.append(
+                ChangeBlock(event.schema, "", "ddl", position, n, [], [], [], None, event.query)
+            )
+            n += 1
+    return out
+
+
+def _key_names(
+    tm: TableMap, names: Sequence[str], schema: SchemaLookup | None, position: Position
+) -> tuple[str, ...] | None:
+    if tm.primary_key:
+        return tuple(names[i] for i in tm.primary_key)
+    if schema is not None:
+        return schema.primary_key_for(tm.schema, tm.table, position)
+    return None

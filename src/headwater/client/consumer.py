@@ -1,0 +1,589 @@
+"""The consumer: shards of one task, a handler per batch, per-shard checkpoints, groups.
+
+Threads of one :class:`Consumer`:
+
+* the *feed*: with ``decode="client"`` (default) one loop fetches raw records from the
+  reader (``/v1/fetch``, format ``raw``) starting at the smallest checkpoint of the owned
+  shards, decodes them here (``headwater.changes``, the source's FORMAT_DESCRIPTION and
+  schema history from ``/v1/decoding``) and routes each change to its shard's queue by the
+  documented hash (``headwater.server.sharding``); with ``decode="json"`` or
+  ``decode="protobuf"`` one loop per owned shard fetches that shard's rows decoded by the
+  server in that format (server-side sharding; :mod:`.decoded`). A feed that loses its
+  reader retries (the next reader of the list, with back-off) until the consumer stops;
+* one *worker* per owned shard: takes up to ``batch_size`` changes (waiting at most
+  ``max_wait`` for a batch to fill), calls the handler, and acks or rolls back;
+* the *flusher*: saves each shard's acked checkpoint every ``flush_interval`` seconds, at
+  every ``flush_every``-th ack, and at a clean stop.
+
+Invariants: a shard's changes reach the handler in log order (``sequence`` increases within
+a shard; a rollback redelivers from the batch's first change); a shard's checkpoint
+``next`` only moves past changes that were acked (or that are not the shard's), so after a
+crash every change is delivered again or was acked: at least once. A change whose
+``sequence`` is below its shard's checkpoint, or below its old shard's checkpoint in an
+earlier generation (after a change of the shard count), is never delivered. In a group,
+every ack first proves ownership at the shard's epoch (:class:`FencedError` otherwise) and
+every checkpoint write is conditional on the epoch. :meth:`Consumer.stop` returns within
+its ``timeout`` even when a handler or a reader hangs (what it could not save is
+redelivered: at least once).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from headwater.changes import ChangeRow, decode_record
+from headwater.changes.sequence import ROW_BITS, sequence_of
+from headwater.client.decoded import answer_of
+from headwater.client.hashing import ShardHasher
+from headwater.client.transport import Readers, record_of
+from headwater.coordination import FencedError
+from headwater.coordination.checkpoints import CheckpointStore, GroupState
+from headwater.coordination.sqlstore import SqlStore
+from headwater.errors import ConfigError, HeadwaterError
+from headwater.store import EARLIEST, AtSeq, Start
+
+__all__ = ["Batch", "Consumer", "ConsumerOptions", "Handler"]
+
+log = logging.getLogger(__name__)
+
+DECODES = ("client", "json", "protobuf")
+#: Seconds without progress of a shard with a full queue before the raw feed pauses it.
+PAUSE_AFTER = 1.0
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    """What to consume and how (see docs/consumer.md)."""
+
+    task: str
+    group: str
+    readers: tuple[str, ...] = ()
+    tables: tuple[str, ...] | None = None
+    shards: int = 1
+    keys: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    start: Start = EARLIEST
+    batch_size: int = 500
+    max_wait: float = 0.1
+    flush_interval: float = 1.0
+    flush_every: int = 10
+    decode: str = "client"
+    ddl: bool = True
+    token: str | None = None
+    zookeeper: str | None = None
+    session_timeout: float = 6.0
+    fetch_records: int = 2000
+    fetch_bytes: int = 8 << 20
+    queue_rows: int = 20_000
+
+    def __post_init__(self) -> None:
+        if self.shards < 1:
+            raise ConfigError(f"must be >= 1, got {self.shards}", field="shards")
+        if self.batch_size < 1:
+            raise ConfigError(f"must be >= 1, got {self.batch_size}", field="batch_size")
+        if self.flush_every < 1:
+            raise ConfigError(f"must be >= 1, got {self.flush_every}", field="flush_every")
+        if self.decode not in DECODES:
+            raise ConfigError(
+                f"must be one of {', '.join(DECODES)}, got {self.decode!r}", field="decode"
+            )
+
+
+class Batch:
+    """Changes of one shard in log order, handed to the handler.
+
+    Returning from the handler acks the batch unless it called :meth:`ack` or
+    :meth:`rollback`; raising rolls it back (redelivered after a back-off)."""
+
+    def __init__(self, consumer: Consumer, shard: _Shard, changes: list[ChangeRow]) -> None:
+        self._consumer = consumer
+        self._shard = shard
+        self.shard = shard.number
+        self.epoch = shard.epoch
+        self.changes = changes
+        self.state = "open"
+        self.checkpoint_committed = False
+
+    @property
+    def next_sequence(self) -> int:
+        """The checkpoint after this batch: the sequence after its last change."""
+        return self.changes[-1].sequence + 1
+
+    def ack(self) -> None:
+        """The batch is handled; raises :class:`FencedError` if this process no longer owns
+        the shard (then nothing is acked)."""
+        self._consumer._ack(self)
+
+    def rollback(self) -> None:
+        """Redeliver this batch from its first change."""
+        self._consumer._rollback(self)
+
+    def commit_checkpoint(self, cursor: Any) -> None:
+        """Write this batch's checkpoint with ``cursor`` in the handler's own transaction
+        (SQL checkpoint store only): the handler's writes and the checkpoint commit
+        together, exactly once. Raises :class:`FencedError` for a deposed owner: the
+        handler must roll its transaction back."""
+        store = self._consumer.store
+        if not isinstance(store, SqlStore):
+            raise ConfigError("commit_checkpoint needs a SqlStore", field="checkpoints")
+        SqlStore.save_in(
+            cursor, self._consumer.options.group, self.shard, self.next_sequence, self.epoch
+        )
+        self.checkpoint_committed = True
+
+
+Handler = Callable[[Batch], None]
+
+
+class _Shard:
+    def __init__(self, number: int, epoch: int, nxt: int) -> None:
+        self.number = number
+        self.epoch = epoch
+        self.cond = threading.Condition()
+        self.queue: deque[ChangeRow] = deque()
+        self.fed = nxt  # every change of this shard below it is queued or was handled
+        self.acked = nxt
+        self.saved = nxt
+        self.acks = 0
+        self.busy = False
+        self.paused = False  # the raw feed skips it while its queue is full (feed thread only)
+        self.taken = 0  # changes the worker took from the queue: progress, for the feed
+        self.active = True
+        self.thread: threading.Thread | None = None
+
+    def feed(
+        self,
+        changes: list[ChangeRow],
+        upto: int,
+        limit: int,
+        grace: float | None = None,
+        urgent: Callable[[], bool] | None = None,
+    ) -> bool:
+        """Queue ``changes``; every change of this shard below ``upto`` is now queued or
+        handled. With changes to add, first wait until the queue is no longer than
+        ``limit``; if its worker takes nothing for ``grace`` seconds meanwhile (a stuck or
+        very slow handler), or as soon as ``urgent()`` (a newly assigned shard waits for
+        the feed), give up: False, nothing queued, ``fed`` unchanged."""
+        with self.cond:
+            seen, since = self.taken, time.monotonic()
+            while self.active and changes and len(self.queue) > limit:
+                if self.taken != seen:
+                    seen, since = self.taken, time.monotonic()
+                left = 0.5 if grace is None else since + grace - time.monotonic()
+                if left <= 0 or (urgent is not None and urgent()):
+                    return False
+                self.cond.wait(min(left, 0.5))
+            if not self.active:
+                return True
+            self.queue.extend(changes)
+            if changes:
+                self.fed = max(self.fed, changes[-1].sequence + 1)
+            self.fed = max(self.fed, upto)
+            self.cond.notify_all()
+            return True
+
+
+class Consumer:
+    """Consume ``options.task`` with ``handler`` (see the module docstring).
+
+    ``store`` keeps the checkpoints; with ``options.zookeeper`` the consumer joins the
+    group ``options.group`` there and runs only the shards the group gives it."""
+
+    def __init__(self, options: ConsumerOptions, handler: Handler, store: CheckpointStore) -> None:
+        self.options = options
+        self.handler = handler
+        self.store = store
+        self._urls = list(options.readers)
+        if not self._urls and options.zookeeper is None:
+            raise ConfigError("give reader URLs, or zookeeper to discover them", field="readers")
+        self.readers: Readers | None = None
+        self._shards: dict[int, _Shard] = {}
+        self._lock = threading.Lock()
+        self._running = threading.Event()
+        self._wake_flush = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.state: GroupState | None = None
+        self.zk: Any = None
+        self.member: Any = None
+        self.fenced: list[tuple[int, int]] = []  # (shard, epoch) refused, for callers/tests
+        self._fde: Any = None
+        self._schema: Any = None
+        self._deadline = float("inf")  # set by stop(): joins give up then
+        self._assigned = threading.Event()  # a shard was assigned since the feed looked
+        self._hash = ShardHasher(options.keys)
+
+    # -- lifecycle
+
+    def start(self) -> Consumer:
+        """Subscribe, join the group (or take every shard) and start the threads. On an
+        error nothing is left running."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop(timeout=5.0)
+            raise
+
+    def _start(self) -> Consumer:
+        opts = self.options
+        if opts.zookeeper is not None:
+            from headwater.coordination.zk import connect, discover_readers
+
+            self.zk = connect(opts.zookeeper, session_timeout=opts.session_timeout)
+            if not self._urls:
+                self._urls = discover_readers(self.zk, opts.task)
+                log.info("task %s: readers %s (from ZooKeeper)", opts.task, self._urls)
+        if not self._urls:
+            raise ConfigError(
+                f"no reader of task {opts.task} registered in ZooKeeper at {opts.zookeeper}",
+                field="readers",
+            )
+        self.readers = readers = Readers(self._urls, opts.task, token=opts.token)
+        if opts.decode == "client":
+            self._fde, self._schema = readers.decoding()
+        first = readers.subscribe(opts.start, format="raw", **self._filters())
+        state = self.store.create(opts.group, opts.shards, int(first["next"]["seq"]) << ROW_BITS)
+        if state.count != opts.shards:
+            raise ConfigError(
+                f"group {opts.group} has {state.count} shards, not {opts.shards}: change the "
+                "count with 'headwater consume reshard'",
+                field="shards",
+            )
+        self.state = state
+        self._running.set()
+        self._spawn(self._flush_loop, "flusher")
+        if opts.zookeeper is None:
+            for shard in range(opts.shards):
+                self._assign(shard, None)
+        else:
+            from headwater.coordination.groups import GroupMember
+
+            self.member = GroupMember(
+                self.zk, opts.group, opts.shards, on_assign=self._assign, on_revoke=self._revoke
+            )
+            self.member.start()
+        if opts.decode == "client":
+            # after the assignment: a feed started first reads the log again for each shard
+            # that arrives after its first fetch
+            self._spawn(self._raw_feed, "feed")
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the batches in hand, save every checkpoint, leave the group.
+
+        Returns after at most about ``timeout`` seconds: a handler or a fetch still running
+        then is abandoned (daemon threads) and its shard's last acked checkpoint is saved
+        if the store answers; closing the ZooKeeper session releases the shards anyway."""
+        deadline = time.monotonic() + timeout
+        self._deadline = deadline
+        if self.member is not None:
+            self.member.stop(timeout=timeout)  # revokes (and flushes) every shard
+        for shard in list(self._shards):
+            self._revoke(shard)
+        self._running.clear()
+        self._wake_flush.set()
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in self._threads if t.is_alive()]
+        if stuck:
+            log.warning("consumer stopped with threads still running: %s", ", ".join(stuck))
+        if self.zk is not None:
+            self.zk.stop()
+            self.zk.close()
+        if self.readers is not None:
+            self.readers.close()
+
+    def __enter__(self) -> Consumer:
+        return self.start()
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.stop()
+
+    def owned(self) -> list[int]:
+        with self._lock:
+            return sorted(self._shards)
+
+    def checkpoints(self) -> dict[int, int]:
+        """Acked ``next`` sequence of each owned shard."""
+        with self._lock:
+            return {n: s.acked for n, s in self._shards.items()}
+
+    def _spawn(self, target: Callable[..., None], name: str, *args: Any) -> threading.Thread:
+        t = threading.Thread(target=target, args=args, name=f"consumer-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
+        return t
+
+    def _filters(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ddl": self.options.ddl}
+        if self.options.tables is not None:
+            out["tables"] = list(self.options.tables)
+        return out
+
+    # -- assignment
+
+    def _assign(self, number: int, epoch: int | None) -> None:
+        epoch, nxt = self.store.claim(self.options.group, number, epoch)
+        shard = _Shard(number, epoch, nxt)
+        shard.thread = threading.Thread(
+            target=self._work, args=(shard,), name=f"consumer-shard-{number}", daemon=True
+        )
+        with self._lock:
+            self._shards[number] = shard
+        self._assigned.set()
+        shard.thread.start()
+        if self.options.decode != "client":
+            self._spawn(self._server_feed, f"feed-{number}", shard)
+        log.info("group %s: shard %d from %d, epoch %d", self.options.group, number, nxt, epoch)
+
+    def _revoke(self, number: int, *, flush: bool = True) -> None:
+        with self._lock:
+            shard = self._shards.pop(number, None)
+        if shard is None:
+            return
+        with shard.cond:
+            shard.active = False
+            shard.cond.notify_all()
+        if shard.thread is not None and shard.thread is not threading.current_thread():
+            shard.thread.join(None if self._deadline == float("inf") else
+                              max(0.0, self._deadline - time.monotonic()))  # fmt: skip
+        if flush:
+            self._save(shard)
+
+    def _fence(self, shard: _Shard, error: FencedError) -> None:
+        log.warning("shard %d epoch %d: %s", shard.number, shard.epoch, error)
+        self.fenced.append((shard.number, shard.epoch))
+        with self._lock:
+            if self._shards.get(shard.number) is shard:
+                del self._shards[shard.number]
+        with shard.cond:
+            shard.active = False
+            shard.cond.notify_all()
+
+    # -- workers
+
+    def _take(self, shard: _Shard) -> list[ChangeRow] | None:
+        size, wait = self.options.batch_size, self.options.max_wait
+        with shard.cond:
+            while shard.active and not shard.queue:
+                shard.acked = max(shard.acked, shard.fed)  # idle: nothing of ours before fed
+                shard.cond.wait(0.5)
+            if not shard.active:
+                return None
+            deadline = time.monotonic() + wait
+            while shard.active and len(shard.queue) < size:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                shard.cond.wait(left)
+            n = min(size, len(shard.queue))
+            out = [shard.queue.popleft() for _ in range(n)]
+            shard.taken += n
+            shard.cond.notify_all()
+            return out
+
+    def _work(self, shard: _Shard) -> None:
+        backoff = 0.1
+        while True:
+            changes = self._take(shard)
+            if not changes:
+                if not shard.active:
+                    return
+                continue
+            batch = Batch(self, shard, changes)
+            try:
+                self.handler(batch)
+                if batch.state == "open":
+                    self._ack(batch)
+                backoff = 0.1
+            except FencedError as e:
+                self._fence(shard, e)
+                return
+            except Exception:
+                log.exception("shard %d: handler failed; batch rolled back", shard.number)
+                if batch.state == "open":
+                    self._rollback(batch)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _ack(self, batch: Batch) -> None:
+        if batch.state != "open":
+            raise ConfigError(f"batch already {batch.state}", field="ack")
+        shard = batch._shard
+        if self.member is not None:
+            self.member.check(shard.number, shard.epoch)
+        batch.state = "acked"
+        shard.acked = batch.next_sequence
+        if batch.checkpoint_committed:
+            shard.saved = max(shard.saved, batch.next_sequence)
+        shard.acks += 1
+        if shard.acks % self.options.flush_every == 0:
+            self._wake_flush.set()
+
+    def _rollback(self, batch: Batch) -> None:
+        if batch.state != "open":
+            raise ConfigError(f"batch already {batch.state}", field="rollback")
+        batch.state = "rolled back"
+        shard = batch._shard
+        with shard.cond:
+            shard.queue.extendleft(reversed(batch.changes))
+            shard.cond.notify_all()
+
+    # -- checkpoints
+
+    def _save(self, shard: _Shard) -> None:
+        acked = shard.acked
+        if acked <= shard.saved:
+            return
+        try:
+            self.store.save(self.options.group, shard.number, acked, shard.epoch)
+            shard.saved = acked
+        except FencedError as e:
+            self._fence(shard, e)
+
+    def _flush_loop(self) -> None:
+        while self._running.is_set():
+            self._wake_flush.wait(self.options.flush_interval)
+            self._wake_flush.clear()
+            with self._lock:
+                shards = list(self._shards.values())
+            for shard in shards:
+                try:
+                    self._save(shard)
+                except Exception:
+                    log.exception("shard %d: checkpoint not saved; retrying", shard.number)
+
+    # -- feeds
+
+    def _wants(self, row: ChangeRow) -> tuple[int, bool]:
+        """The row's shard and whether an earlier generation still wants it delivered."""
+        h = self._hash(row)
+        state = self.state
+        fresh = state is None or not state.previous or state.wants(h, row.sequence)
+        return h % self.options.shards, fresh
+
+    def _retrying(self, loop: Callable[[], None], what: str, alive: Callable[[], bool]) -> None:
+        """Run ``loop`` until ``alive()`` is false; a reader error restarts it after a
+        back-off (the transport already moved to the next reader of the list)."""
+        backoff = 0.2
+        while alive():
+            try:
+                loop()
+                return
+            except (HeadwaterError, OSError) as e:
+                if not alive():
+                    return
+                log.warning("%s: %s; retrying in %.1f s", what, e, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _raw_feed(self) -> None:
+        self._retrying(self._raw_loop, "raw feed", self._running.is_set)
+
+    def _raw_loop(self) -> None:
+        opts = self.options
+        readers = self.readers
+        assert readers is not None  # set by start()
+        want = _table_filter(opts.tables)
+        token: str | None = None
+        at = -1
+        while self._running.is_set():
+            self._assigned.clear()  # the shards read next include any new one
+            with self._lock:
+                shards = self._unpaused(dict(self._shards))
+            if not shards:
+                time.sleep(0.05)
+                continue
+            low = min(s.fed for s in shards.values()) >> ROW_BITS
+            if token is None or low < at:
+                token = readers.subscribe(AtSeq(low), format="raw", **self._filters())["checkpoint"]
+                at = low
+            answer = readers.fetch(
+                token, max_rows=opts.fetch_records, max_bytes=opts.fetch_bytes, timeout_ms=1000
+            )
+            per: dict[int, list[ChangeRow]] = {}
+            # the per-row loop is the SDK's hot path: _wants inlined, lookups hoisted
+            hasher, count, state = self._hash, opts.shards, self.state
+            previous = state is not None and bool(state.previous)
+            skip_ddl = not opts.ddl
+            for doc in answer["records"]:
+                record = record_of(doc)
+                for row in decode_record(
+                    record, source=opts.task, fde=self._fde, schema=self._schema, want=want
+                ):
+                    if skip_ddl and row.op == "ddl":
+                        continue
+                    h = hasher(row)
+                    shard = shards.get(h % count)
+                    if shard is None or row.sequence < shard.fed:
+                        continue
+                    if previous and not state.wants(h, row.sequence):  # type: ignore[union-attr]
+                        continue
+                    rows = per.get(shard.number)
+                    if rows is None:
+                        per[shard.number] = [row]
+                    else:
+                        rows.append(row)
+            nxt = answer["next"]
+            upto = sequence_of(int(nxt["seq"]), int(nxt["row"]))
+            for number, shard in shards.items():
+                rows = per.get(number, [])
+                if not shard.feed(rows, upto, opts.queue_rows, PAUSE_AFTER, self._assigned.is_set):
+                    shard.paused = True
+            token, at = answer["checkpoint"], int(nxt["seq"])
+
+    def _unpaused(self, shards: dict[int, _Shard]) -> dict[int, _Shard]:
+        """The shards the raw feed serves now. The feed waits for a full queue
+        (``queue_rows``) while its worker makes progress; after ``PAUSE_AFTER`` seconds
+        without any, it pauses that shard (its ``fed`` stays behind) until its queue is
+        half empty: a stuck handler must not hold back the other shards of the process, and
+        shards that keep up cost no re-reading. A resumed shard below the stream's
+        position makes the feed re-subscribe from it (the other shards skip what they
+        already have, and a shard with nothing new in a fetch never makes it wait)."""
+        limit = self.options.queue_rows
+        for shard in shards.values():
+            if shard.paused and len(shard.queue) <= limit // 2:
+                shard.paused = False
+        return {n: s for n, s in shards.items() if not s.paused}
+
+    def _server_feed(self, shard: _Shard) -> None:
+        readers = Readers(self._urls, self.options.task, token=self.options.token)
+        try:
+            self._retrying(
+                lambda: self._server_loop(shard, readers),
+                f"shard {shard.number} feed",
+                lambda: shard.active and self._running.is_set(),
+            )
+        finally:
+            readers.close()
+
+    def _server_loop(self, shard: _Shard, readers: Readers) -> None:
+        opts = self.options
+        shards = {
+            "count": opts.shards,
+            "owned": [shard.number],
+            "keys": {k: list(v) for k, v in opts.keys.items()},
+        }
+        token = readers.subscribe(
+            AtSeq(shard.fed >> ROW_BITS), format=opts.decode, shards=shards, **self._filters()
+        )["checkpoint"]
+        while shard.active and self._running.is_set():
+            answer = answer_of(
+                readers.fetch(
+                    token, max_rows=opts.fetch_records, max_bytes=opts.fetch_bytes, timeout_ms=1000
+                )
+            )
+            rows = [r for r in answer.rows if r.sequence >= shard.fed and self._wants(r)[1]]
+            shard.feed(rows, sequence_of(answer.next_seq, answer.next_row), opts.queue_rows)
+            token = answer.checkpoint
+
+
+def _table_filter(tables: tuple[str, ...] | None) -> Callable[[str, str], bool] | None:
+    if tables is None:
+        return None
+    names = set(tables)
+    return lambda db, table: f"{db}.{table}" in names or f"{db}.*" in names

@@ -1,0 +1,195 @@
+"""Checkpoints in a SQL table (MySQL/MariaDB or PostgreSQL), for exactly-once handlers.
+
+A handler that writes into the same database commits the checkpoint in its own
+transaction (:meth:`SqlStore.save_in` on its cursor): its writes and the checkpoint of the
+batch become visible together, so after any crash the shard resumes exactly after the last
+committed batch. Tables (created if missing)::
+
+    headwater_consumer_groups (group_name PK, shard_count, previous)   previous: JSON text
+    headwater_consumer_shards (group_name, shard PK, next_sequence, epoch, version)
+
+Fencing is a conditional write: a new owner's claim sets ``epoch`` only where the stored
+one is smaller; a checkpoint updates the row only ``WHERE epoch = <its epoch>``, so a
+deposed owner's write matches no row and raises :class:`FencedError` (its transaction must
+roll back). ``version`` grows at every write so the row always changes: MySQL counts a row
+whose values stay the same as not affected.
+
+Connections come from a factory (DB-API 2.0, ``%s`` parameters: pymysql and psycopg).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from headwater.coordination import CoordinationError, FencedError
+from headwater.coordination.checkpoints import GroupState, parse_meta, reshard_state
+from headwater.coordination.zk import group_path
+
+__all__ = ["SqlStore"]
+
+GROUPS = "headwater_consumer_groups"
+SHARDS = "headwater_consumer_shards"
+
+
+class SqlStore:
+    """Checkpoints in ``headwater_consumer_*`` tables of the database ``connect()`` opens."""
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._lock = threading.Lock()
+        self._conn = connect()
+        with self._tx() as cur:
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {GROUPS} (group_name VARCHAR(200) NOT NULL "
+                "PRIMARY KEY, shard_count INT NOT NULL, previous TEXT NOT NULL)"
+            )
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {SHARDS} (group_name VARCHAR(200) NOT NULL, "
+                "shard INT NOT NULL, next_sequence BIGINT NOT NULL, epoch BIGINT NOT NULL, "
+                "version BIGINT NOT NULL, PRIMARY KEY (group_name, shard))"
+            )
+
+    class _Tx:
+        def __init__(self, store: SqlStore) -> None:
+            self.store = store
+
+        def __enter__(self) -> Any:
+            self.store._lock.acquire()
+            self.cur = self.store._conn.cursor()
+            return self.cur
+
+        def __exit__(self, kind: Any, *_rest: Any) -> None:
+            try:
+                if kind is None:
+                    self.store._conn.commit()
+                else:
+                    self.store._conn.rollback()
+            finally:
+                self.cur.close()
+                self.store._lock.release()
+
+    def _tx(self) -> SqlStore._Tx:
+        return SqlStore._Tx(self)
+
+    def _state(self, cur: Any, group: str) -> GroupState | None:
+        cur.execute(f"SELECT shard_count, previous FROM {GROUPS} WHERE group_name = %s", (group,))
+        row = cur.fetchone()
+        if row is None:
+            return None
+        count, previous = parse_meta(
+            {"count": row[0], "previous": orjson.loads(row[1])}, f"SQL group {group}"
+        )
+        state = GroupState(count, {}, {}, previous)
+        cur.execute(
+            f"SELECT shard, next_sequence, epoch FROM {SHARDS} WHERE group_name = %s", (group,)
+        )
+        for shard, nxt, epoch in cur.fetchall():
+            if shard < count:
+                state.next[int(shard)] = int(nxt)
+                state.epochs[int(shard)] = int(epoch)
+        return state
+
+    def load(self, group: str) -> GroupState | None:
+        group_path(group)
+        with self._tx() as cur:
+            return self._state(cur, group)
+
+    def _write(self, cur: Any, group: str, state: GroupState, *, create: bool) -> None:
+        previous = orjson.dumps(state.meta()["previous"]).decode()
+        if create:
+            cur.execute(
+                f"INSERT INTO {GROUPS} (group_name, shard_count, previous) VALUES (%s, %s, %s)",
+                (group, state.count, previous),
+            )
+        else:
+            cur.execute(
+                f"UPDATE {GROUPS} SET shard_count = %s, previous = %s WHERE group_name = %s",
+                (state.count, previous, group),
+            )
+        for shard in range(state.count):
+            cur.execute(
+                f"UPDATE {SHARDS} SET next_sequence = %s, version = version + 1 "
+                "WHERE group_name = %s AND shard = %s",
+                (state.next[shard], group, shard),
+            )
+            if cur.rowcount == 0:
+                cur.execute(
+                    f"INSERT INTO {SHARDS} (group_name, shard, next_sequence, epoch, version) "
+                    "VALUES (%s, %s, %s, 0, 0)",
+                    (group, shard, state.next[shard]),
+                )
+
+    def create(self, group: str, count: int, start: int) -> GroupState:
+        group_path(group)
+        try:
+            with self._tx() as cur:
+                if self._state(cur, group) is None:
+                    self._write(
+                        cur,
+                        group,
+                        GroupState(count, dict.fromkeys(range(count), start)),
+                        create=True,
+                    )
+        except Exception:  # another member inserted the group first: read theirs
+            pass
+        state = self.load(group)
+        if state is None:
+            raise CoordinationError(f"SQL group {group}: could not be created")
+        return state
+
+    def claim(self, group: str, shard: int, epoch: int | None) -> tuple[int, int]:
+        with self._tx() as cur:
+            if epoch is None:
+                cur.execute(
+                    f"UPDATE {SHARDS} SET epoch = epoch + 1, version = version + 1 "
+                    "WHERE group_name = %s AND shard = %s",
+                    (group, shard),
+                )
+            else:
+                cur.execute(
+                    f"UPDATE {SHARDS} SET epoch = %s, version = version + 1 "
+                    "WHERE group_name = %s AND shard = %s AND epoch < %s",
+                    (epoch, group, shard, epoch),
+                )
+            if cur.rowcount != 1:
+                raise FencedError(f"SQL group {group} shard {shard}: epoch {epoch} is not newer")
+            cur.execute(
+                f"SELECT epoch, next_sequence FROM {SHARDS} WHERE group_name = %s AND shard = %s",
+                (group, shard),
+            )
+            row = cur.fetchone()
+            return int(row[0]), int(row[1])
+
+    @staticmethod
+    def save_in(cur: Any, group: str, shard: int, next_sequence: int, epoch: int) -> None:
+        """The checkpoint write on the caller's cursor, inside the caller's transaction."""
+        cur.execute(
+            f"UPDATE {SHARDS} SET next_sequence = %s, version = version + 1 "
+            "WHERE group_name = %s AND shard = %s AND epoch = %s",
+            (next_sequence, group, shard, epoch),
+        )
+        if cur.rowcount != 1:
+            raise FencedError(
+                f"SQL group {group} shard {shard}: checkpoint of epoch {epoch} refused "
+                "(another owner claimed the shard)"
+            )
+
+    def save(self, group: str, shard: int, next_sequence: int, epoch: int) -> None:
+        with self._tx() as cur:
+            self.save_in(cur, group, shard, next_sequence, epoch)
+
+    def reshard(self, group: str, count: int) -> GroupState:
+        with self._tx() as cur:
+            state = self._state(cur, group)
+            if state is None:
+                raise CoordinationError(f"SQL group {group} has no checkpoints")
+            new = reshard_state(state, count)
+            self._write(cur, group, new, create=False)
+        return new
+
+    def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,99 @@
+"""ZooKeeper connection helper and the paths headwater uses (kazoo).
+
+Layout (every path under ``ROOT``)::
+
+    /headwater/groups/<group>/members/<member>        ephemeral: a live member (JSON: host, pid)
+    /headwater/groups/<group>/state                   JSON: shard count and previous generations
+    /headwater/groups/<group>/shards/<n>/epoch        persistent; its *version* is the epoch
+    /headwater/groups/<group>/shards/<n>/owner        ephemeral: the member owning shard n
+    /headwater/groups/<group>/shards/<n>/checkpoint   JSON {"next", "epoch"} (ZooKeeper store)
+    /headwater/tasks/<task>/servers/<name>            a reader serving <task> (data: its URL)
+
+The epoch of a shard is the version of its ``epoch`` znode: a new owner bumps it with a
+write, so it only grows, and a conditional write (``check(epoch, version)`` in a
+transaction) of a deposed owner fails. Ephemeral znodes vanish when their session expires
+(the ZooKeeper session timeout), which is how a dead or paused member loses its shards.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from headwater.coordination import CoordinationError
+
+__all__ = [
+    "ROOT",
+    "connect",
+    "discover_readers",
+    "group_path",
+    "member_path",
+    "servers_path",
+    "shard_path",
+]
+
+log = logging.getLogger(__name__)
+
+ROOT = "/headwater"
+#: kazoo's default is 10 s; 6 s keeps a dead member's shards idle for less than that.
+DEFAULT_SESSION_TIMEOUT = 6.0
+
+
+def _safe(name: str, what: str) -> str:
+    if not name or "/" in name or name in (".", ".."):
+        raise CoordinationError(f"{what} {name!r} cannot be a ZooKeeper node name")
+    return name
+
+
+def group_path(group: str) -> str:
+    return f"{ROOT}/groups/{_safe(group, 'consumer group')}"
+
+
+def member_path(group: str, member: str) -> str:
+    return f"{group_path(group)}/members/{_safe(member, 'member')}"
+
+
+def shard_path(group: str, shard: int) -> str:
+    return f"{group_path(group)}/shards/{int(shard)}"
+
+
+def servers_path(task: str) -> str:
+    return f"{ROOT}/tasks/{_safe(task, 'task')}/servers"
+
+
+def connect(
+    hosts: str, *, session_timeout: float = DEFAULT_SESSION_TIMEOUT, timeout: float = 15.0
+) -> Any:
+    """A started ``KazooClient`` for ``hosts`` (``host:port,host:port``).
+
+    Raises :class:`CoordinationError` naming the hosts when no server answers in
+    ``timeout`` seconds."""
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    client = KazooClient(hosts=hosts, timeout=session_timeout)
+    try:
+        client.start(timeout=timeout)
+    except KazooTimeoutError:
+        client.close()
+        raise CoordinationError(f"no ZooKeeper server answered at {hosts} in {timeout} s") from None
+    return client
+
+
+def discover_readers(client: Any, task: str) -> list[str]:
+    """The URLs of the readers that registered as serving ``task`` (sorted by name)."""
+    from kazoo.exceptions import NoNodeError
+
+    path = servers_path(task)
+    try:
+        names = sorted(client.get_children(path))
+    except NoNodeError:
+        return []
+    urls = []
+    for name in names:
+        try:
+            data, _stat = client.get(f"{path}/{name}")
+        except NoNodeError:
+            continue  # went away while we listed
+        urls.append(data.decode("utf-8"))
+    return urls

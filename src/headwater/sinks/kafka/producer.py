@@ -1,0 +1,207 @@
+"""The executor side of the Kafka sink: one producer per Spark task.
+
+``write_partition(config, batch_id, index, batches)`` sends the messages of one ordered
+partition (:mod:`headwater.sinks.bus.spark`) and returns how many it sent.
+
+* Every producer is idempotent (``enable.idempotence``: the broker drops the duplicates
+  of the producer's own retries, and keeps each partition's messages in send order).
+* ``exactly_once``: the task's transactional id is ``headwater.<pipeline>.<index>``
+  (``init_transactions`` fences a zombie of the same task). The task's "recorded
+  position" is a consumer-group offset: group ``headwater.<pipeline>.<index>`` on
+  partition 0 of ``positions_topic`` holds ``batch_id + 1`` once the batch's messages are
+  committed, written in the same transaction (``send_offsets_to_transaction``), so either
+  both are visible or neither. A replayed batch whose offset says it is committed is
+  skipped; one whose transaction never committed is sent again in a new transaction.
+  (The offset, not its metadata, carries the batch: Tansu 0.6 keeps offsets but drops
+  commit metadata.)
+* Topics missing on the broker are created first (``create_topics``), ``partitions``
+  each, once per process.
+* ``partitioning: single`` sends to partition 0; ``key`` leaves the choice to the
+  ``murmur2_random`` partitioner (the Java client's hash of the key bytes, so consumers
+  and other producers agree); messages without a key (tables without a primary key, DDL
+  of no database) go to partition 0 so their order holds too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from headwater.errors import SinkError, TransientSinkError
+from headwater.sinks.bus.arrow import batch_messages
+from headwater.sinks.kafka.configuration import KafkaConfig
+
+if TYPE_CHECKING:
+    import pyarrow
+
+__all__ = ["producer_settings", "write_partition"]
+
+log = logging.getLogger(__name__)
+
+_created: set[tuple[str, str]] = set()
+
+
+def producer_settings(config: KafkaConfig) -> dict[str, Any]:
+    """librdkafka settings of the sink's producers (without a transactional id or
+    delivery callback)."""
+    settings: dict[str, Any] = {
+        "bootstrap.servers": config.bootstrap_servers,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 20,
+        "partitioner": "murmur2_random",
+        "queue.buffering.max.messages": 500_000,
+    }
+    settings.update(dict(config.producer))
+    return settings
+
+
+def _ensure_topics(config: KafkaConfig, topics: set[str]) -> None:
+    missing = {t for t in topics if (config.bootstrap_servers, t) not in _created}
+    if not missing or not config.create_topics:
+        return
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
+    existing = set(admin.list_topics(timeout=config.timeout_s).topics)
+    wanted = [
+        NewTopic(t, 1 if t == config.positions_topic else config.partitions, 1)
+        for t in sorted(missing - existing)
+    ]
+    if wanted:
+        for topic, future in admin.create_topics(wanted).items():
+            try:
+                future.result(config.timeout_s)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise SinkError(f"cannot create Kafka topic {topic!r}: {e}") from None
+    _created.update((config.bootstrap_servers, t) for t in missing)
+
+
+class _Errors:
+    """The first delivery error of a producer (its callback runs in ``poll``/``flush``)."""
+
+    def __init__(self) -> None:
+        self.first: Any = None
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is not None and self.first is None:
+            self.first = (err, msg.topic())
+
+
+def _with_reports(settings: dict[str, Any], errors: _Errors) -> dict[str, Any]:
+    """``settings`` with ``errors`` as the producer's delivery callback, called for failed
+    messages only (librdkafka's ``delivery.report.only.error``: no Python call per
+    delivered message)."""
+    return {**settings, "on_delivery": errors, "delivery.report.only.error": True}
+
+
+def _raise(errors: _Errors, what: str) -> None:
+    if errors.first is None:
+        return
+    err, topic = errors.first
+    cls = TransientSinkError if err.retriable() else SinkError
+    raise cls(f"Kafka {what} to topic {topic!r} failed: {err.str()}", table=topic)
+
+
+def _send(producer: Any, config: KafkaConfig, batches: Iterator[Any]) -> int:
+    """Produce the messages of ``batches`` in order; the number produced. Nothing per
+    message but the produce call: messages are built column-wise
+    (:func:`headwater.sinks.bus.arrow.batch_messages`) and delivery reports come back for
+    failures only (``delivery.report.only.error``, :func:`producer_settings`)."""
+    single = config.partitioning == "single"
+    sent = 0
+    produce, poll = producer.produce, producer.poll
+    for batch in batches:
+        messages = list(batch_messages(batch, config.bus))
+        _ensure_topics(config, {m.topic for m in messages})
+        for m in messages:
+            # -1 is librdkafka's RD_KAFKA_PARTITION_UA: the partitioner picks (by key).
+            partition = 0 if single or m.key is None else -1
+            try:
+                produce(m.topic, m.value, m.key, partition)
+            except BufferError:  # the local queue is full: let deliveries drain it
+                while True:
+                    poll(0.05)
+                    try:
+                        produce(m.topic, m.value, m.key, partition)
+                        break
+                    except BufferError:
+                        continue
+        sent += len(messages)
+        poll(0)
+    return sent
+
+
+def write_partition(
+    config: KafkaConfig, batch_id: int, index: int, batches: Iterator[pyarrow.RecordBatch]
+) -> int:
+    """Send one ordered partition's messages (module docstring); the number sent."""
+    from confluent_kafka import Producer
+
+    errors = _Errors()
+    if config.delivery != "exactly_once":
+        producer = Producer(_with_reports(producer_settings(config), errors))
+        sent = _send(producer, config, batches)
+        left = producer.flush(config.timeout_s)
+        _raise(errors, "delivery")
+        if left:
+            raise TransientSinkError(f"Kafka: {left} messages not delivered in {config.timeout_s}s")
+        return sent
+    return _write_transaction(config, batch_id, index, batches, errors)
+
+
+def _write_transaction(
+    config: KafkaConfig,
+    batch_id: int,
+    index: int,
+    batches: Iterator[pyarrow.RecordBatch],
+    errors: _Errors,
+) -> int:
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    first = next(batches, None)
+    if first is None:
+        return 0  # nothing for this task in this batch: no transaction
+    name = f"headwater.{config.pipeline}.{index}"
+    _ensure_topics(config, {config.positions_topic})
+    producer = Producer(
+        _with_reports({**producer_settings(config), "transactional.id": name}, errors)
+    )
+    consumer = Consumer(
+        {"bootstrap.servers": config.bootstrap_servers, "group.id": name,
+         "enable.auto.commit": False, "isolation.level": "read_committed"}
+    )  # fmt: skip
+    position = TopicPartition(config.positions_topic, 0)
+    try:
+        producer.init_transactions(config.timeout_s)  # fences this task's earlier producer
+        done = consumer.committed([position], timeout=config.timeout_s)[0].offset
+        if done >= batch_id + 1:
+            log.info("kafka sink: batch %d task %d already committed; skipped", batch_id, index)
+            return 0
+        producer.begin_transaction()
+        sent = _send(producer, config, _chain(first, batches))
+        producer.flush(config.timeout_s)
+        _raise(errors, "delivery")
+        producer.send_offsets_to_transaction(
+            [TopicPartition(config.positions_topic, 0, batch_id + 1)],
+            consumer.consumer_group_metadata(),
+            config.timeout_s,
+        )
+        producer.commit_transaction(config.timeout_s)
+        return sent
+    except KafkaException as e:
+        error = e.args[0]
+        if error.txn_requires_abort():
+            producer.abort_transaction(config.timeout_s)
+        cls = TransientSinkError if error.retriable() else SinkError
+        raise cls(f"Kafka transaction {name} of batch {batch_id}: {error.str()}") from None
+    finally:
+        consumer.close()
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest

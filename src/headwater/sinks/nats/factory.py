@@ -1,0 +1,45 @@
+"""The NATS JetStream sink: capabilities (data) and the sink class."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+from headwater.sinks.base import DdlMode, SinkCapabilities
+from headwater.sinks.nats.configuration import NatsConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["CAPABILITIES", "NatsSink"]
+
+#: DDL goes as DDL messages on the schema subject; replays are de-duplicated by the
+#: stream (message id from the row sequence), within its window.
+CAPABILITIES = SinkCapabilities(
+    name="nats",
+    transactional=False,
+    applies_ddl=False,
+    ddl_modes=frozenset({DdlMode.SKIP}),
+    zero_dates=frozenset({"keep"}),
+    ordering="table",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NatsSink:
+    """Publishes each micro-batch to JetStream from the executors."""
+
+    config: NatsConfig
+
+    @property
+    def capabilities(self) -> SinkCapabilities:
+        return CAPABILITIES
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> None:
+        from headwater.sinks.bus.spark import write_partitions
+        from headwater.sinks.nats.publisher import write_partition
+
+        c = self.config
+        tasks = 1 if c.ordering == "global" else c.tasks
+        write_partitions(df, c.ordering, tasks, partial(write_partition, c))

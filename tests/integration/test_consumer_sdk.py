@@ -1,0 +1,311 @@
+"""The consumer SDK in one process and ``headwater consume``, against a live MariaDB and
+``headwater reader run`` (no ZooKeeper: file checkpoints).
+
+Oracles: the source table (replaying the delivered changes per key gives its contents,
+compared as the typed values pymysql reads), the reader's own JSON stream (every change
+delivered, once), the documented shard hash (``headwater.server.sharding``), and the three
+decodings against each other: raw records decoded in the client and protobuf rows must give
+equal typed values; JSON rows must be the JSON rendering of them (docs/formats.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from headwater.binlog.dump import json_default
+from headwater.changes import ChangeRow
+from headwater.client import Batch, Consumer, ConsumerOptions, FileStore
+from headwater.sandbox import MariadbSandbox
+from headwater.server.sharding import shard_of
+from tests.integration.server_support import Http
+from tests.integration.test_consumer_group import reader_process
+from tests.integration.test_reader_capture import wait_for
+
+pytestmark = pytest.mark.integration
+
+SHARDS = 3
+
+
+@pytest.fixture(scope="module")
+def reader(mariadb: MariadbSandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
+    mariadb.execute(
+        "DROP DATABASE IF EXISTS sdk",
+        "CREATE DATABASE sdk",
+        "CREATE TABLE sdk.t (id INT PRIMARY KEY, d DECIMAL(10,2), b VARBINARY(8), "
+        "at DATETIME(3), day DATE, s VARCHAR(20), n INT NULL)",
+        "DROP DATABASE IF EXISTS sdkm",
+        "CREATE DATABASE sdkm",  # markers, outside sdk.* (see _expected)
+        "CREATE TABLE sdkm.mark (id INT AUTO_INCREMENT PRIMARY KEY)",
+    )
+    try:
+        with reader_process(mariadb, tmp_path_factory.mktemp("reader")) as http:
+            yield http
+    finally:
+        mariadb.execute("DROP DATABASE IF EXISTS sdk", "DROP DATABASE IF EXISTS sdkm")
+
+
+def _workload(mariadb: MariadbSandbox, rng: random.Random, n: int) -> None:
+    statements = []
+    for _ in range(n):
+        k = rng.randrange(40)
+        d = f"{rng.randrange(-99999, 99999) / 100:.2f}"
+        b = os.urandom(rng.randrange(0, 8)).hex()
+        at = f"2026-0{rng.randrange(1, 10)}-1{rng.randrange(10)} 12:34:56.{rng.randrange(1000):03d}"
+        n_value = "NULL" if rng.random() < 0.3 else str(rng.randrange(-5, 5))
+        kind = rng.random()
+        if kind < 0.5:
+            statements.append(
+                f"INSERT INTO sdk.t VALUES ({k}, {d}, x'{b}', '{at}', '2024-02-29', "
+                f"'s{k}-ü', {n_value}) ON DUPLICATE KEY UPDATE d = {d}, b = x'{b}', n = {n_value}"
+            )
+        elif kind < 0.8:
+            statements.append(f"UPDATE sdk.t SET at = '{at}', s = 'u{k}' WHERE id = {k}")
+        else:
+            statements.append(f"DELETE FROM sdk.t WHERE id = {k}")
+    mariadb.execute(*statements)
+
+
+def _expected(http: Http, mariadb: MariadbSandbox) -> list[Any]:
+    """The reader's JSON rows of ``sdk.*`` once it has captured all the source committed
+    (a marker row written now is served: the reader captures in commit order)."""
+    mariadb.execute("INSERT INTO sdkm.mark () VALUES ()")
+    mark = int(mariadb.query("SELECT MAX(id) FROM sdkm.mark")[0][0])
+
+    def captured() -> bool:
+        rows, _cp, _n = http.drain(http.subscribe(task="src", tables=["sdkm.*"], ddl=False))
+        return any(r["after"]["id"] == mark for r in rows)
+
+    wait_for(captured, 30, "the reader to capture the source")
+    rows, _cp, _n = http.drain(http.subscribe(task="src", tables=["sdk.*"], ddl=False))
+    return rows
+
+
+class Collector:
+    """A handler that keeps every batch (shard, changes) it is given."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches: list[tuple[int, list[ChangeRow]]] = []
+
+    def __call__(self, batch: Batch) -> None:
+        with self.lock:
+            self.batches.append((batch.shard, list(batch.changes)))
+
+    def changes(self) -> list[tuple[int, ChangeRow]]:
+        with self.lock:
+            return [(shard, c) for shard, cs in self.batches for c in cs]
+
+
+def _consume(http: Http, store: FileStore, decode: str, count: int) -> Collector:
+    options = ConsumerOptions(
+        task="src", group=f"g-{decode}", readers=(http.url,), tables=("sdk.*",),
+        shards=SHARDS, batch_size=7, max_wait=0.05, ddl=False, decode=decode,
+    )  # fmt: skip
+    got = Collector()
+    consumer = Consumer(options, got, store).start()
+    try:
+        wait_for(lambda: len(got.changes()) >= count, 60, f"{count} changes ({decode})")
+    finally:
+        consumer.stop(timeout=20)
+    return got
+
+
+def _typed_state(changes: list[ChangeRow]) -> dict[int, dict[str, Any]]:
+    state: dict[int, dict[str, Any]] = {}
+    for c in sorted(changes, key=lambda c: c.sequence):
+        assert c.key is not None
+        if c.op == "delete":
+            state.pop(c.key["id"], None)
+        else:
+            assert c.after is not None
+            state[c.key["id"]] = c.after
+    return state
+
+
+def _source(mariadb: MariadbSandbox) -> dict[int, dict[str, Any]]:
+    names = ("id", "d", "b", "at", "day", "s", "n")
+    rows = mariadb.query("SELECT * FROM sdk.t")
+    return {row[0]: dict(zip(names, row, strict=True)) for row in rows}
+
+
+def test_client_json_and_protobuf_decoding_deliver_the_same_changes_per_shard_in_order(
+    mariadb: MariadbSandbox, reader: Http, tmp_path: Path
+) -> None:
+    _workload(mariadb, random.Random(181), 150)
+    expected = _expected(reader, mariadb)
+    store = FileStore(tmp_path / "checkpoints")
+    got = {d: _consume(reader, store, d, len(expected)) for d in ("client", "json", "protobuf")}
+
+    by_seq: dict[str, dict[int, tuple[int, ChangeRow]]] = {}
+    for decode, collector in got.items():
+        for _shard, changes in collector.batches:
+            assert 1 <= len(changes) <= 7
+        delivered = collector.changes()
+        seqs = [c.sequence for _s, c in delivered]
+        assert sorted(seqs) == sorted(r["sequence"] for r in expected), decode
+        assert len(seqs) == len(set(seqs)), f"{decode}: a change delivered twice"
+        last: dict[int, int] = {}
+        for shard, c in delivered:
+            assert c.sequence > last.get(shard, -1), f"{decode}: shard {shard} out of order"
+            last[shard] = c.sequence
+        by_seq[decode] = {c.sequence: (shard, c) for shard, c in delivered}
+
+    for seq, (shard, c) in by_seq["client"].items():
+        assert shard == shard_of(c, SHARDS)  # the documented hash
+        p_shard, p = by_seq["protobuf"][seq]
+        j_shard, j = by_seq["json"][seq]
+        assert shard == p_shard == j_shard
+        assert (p.op, p.key, p.before, p.after) == (c.op, c.key, c.before, c.after)
+        rendered = orjson.loads(orjson.dumps([c.key, c.before, c.after], default=json_default))
+        assert [j.key, j.before, j.after] == rendered
+    for image in (c.after for _s, c in by_seq["protobuf"].values() if c.after is not None):
+        assert isinstance(image["d"], Decimal) and isinstance(image["b"], bytes)
+        assert isinstance(image["at"], dt.datetime) and image["day"] == dt.date(2024, 2, 29)
+
+    state = _typed_state([c for _s, c in by_seq["client"].values()])
+    assert state == _source(mariadb)
+
+    # a clean stop saved the checkpoints: a restarted consumer gets only the new changes
+    first = max(by_seq["client"])
+    _workload(mariadb, random.Random(182), 40)
+    more = [r for r in _expected(reader, mariadb) if r["sequence"] > first]
+    again = _consume(reader, store, "client", len(more)).changes()
+    assert sorted(c.sequence for _s, c in again) == sorted(r["sequence"] for r in more)
+
+
+def test_a_stalled_shard_does_not_hold_back_the_others(
+    mariadb: MariadbSandbox, reader: Http, tmp_path: Path
+) -> None:
+    """Shard 0's handler blocks until every change of the other shards was handled, with
+    queues of 20 rows: the one raw feed must go on serving shards 1 and 2 (shard 0 paused
+    and re-read later), then shard 0 gets every one of its changes, in order, once."""
+    _workload(mariadb, random.Random(184), 150)
+    expected = _expected(reader, mariadb)
+    others = {r["sequence"] for r in expected if _shard_of_json(r) != 0}
+    assert 20 < len(others) < len(expected) - 20
+    seen: set[int] = set()
+    released = threading.Event()
+    got = Collector()
+
+    def handle(batch: Batch) -> None:
+        if batch.shard == 0:
+            assert released.wait(60), "shard 0 was never released"
+        else:
+            seen.update(c.sequence for c in batch.changes)
+            if others <= seen:
+                released.set()
+        got(batch)
+
+    options = ConsumerOptions(
+        task="src", group="stall", readers=(reader.url,), tables=("sdk.*",), shards=SHARDS,
+        batch_size=5, max_wait=0.01, ddl=False, queue_rows=20, fetch_records=10,
+    )  # fmt: skip
+    consumer = Consumer(options, handle, FileStore(tmp_path / "cp")).start()
+    try:
+        wait_for(lambda: len(got.changes()) >= len(expected), 60, "every change")
+    finally:
+        consumer.stop(timeout=20)
+    delivered = got.changes()
+    assert sorted(c.sequence for _s, c in delivered) == sorted(r["sequence"] for r in expected)
+    last: dict[int, int] = {}
+    for shard, c in delivered:
+        assert c.sequence > last.get(shard, -1)
+        last[shard] = c.sequence
+
+
+def _shard_of_json(doc: Any) -> int:
+    from headwater.client.decoded import row_of
+
+    return shard_of(row_of(doc), SHARDS)
+
+
+HANDLER = """
+import json, os
+
+def handle(batch):
+    with open(os.environ["HW_TEST_OUT"], "a") as f:
+        for c in batch.changes:
+            kind = type(c.after or {}).__name__
+            f.write(json.dumps([batch.shard, c.sequence, c.op, kind]) + "\\n")
+"""
+
+
+def _cli(args: list[str], errors: Path, **kw: Any) -> subprocess.Popen[bytes]:
+    with open(errors, "ab") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "headwater.cli.main", "consume", "run", *args],
+            stdout=subprocess.PIPE, stderr=err, **kw,
+        )  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> bytes:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise
+    return out
+
+
+def test_consume_cli_prints_json_lines_and_calls_a_handler_module(
+    mariadb: MariadbSandbox, reader: Http, tmp_path: Path
+) -> None:
+    _workload(mariadb, random.Random(183), 60)
+    expected = sorted(r["sequence"] for r in _expected(reader, mariadb))
+    common = ["--reader", reader.url, "--task", "src", "--tables", "sdk.*", "--shards", "2",
+              "--checkpoints", str(tmp_path / "cp")]  # fmt: skip
+
+    errors = tmp_path / "stderr"
+    proc = _cli([*common, "--group", "lines"], errors)
+    lines: list[Any] = []
+    try:
+        assert proc.stdout is not None
+        while len(lines) < len(expected):
+            line = proc.stdout.readline()
+            assert line, errors.read_text()
+            lines.append(json.loads(line))
+    finally:
+        rest = _stop(proc)
+    assert proc.returncode == 0
+    assert rest == b""  # nothing past the source's changes
+    assert sorted(doc["sequence"] for doc in lines) == expected
+    for doc in lines:
+        assert doc["database"] == "sdk" and doc["shard"] in (0, 1)
+        assert doc["op"] in ("insert", "update", "delete")
+        if doc["after"] is not None:  # JSON rendering of the typed values (docs/formats.md)
+            assert isinstance(doc["after"]["d"], str) and "base64" in doc["after"]["b"]
+
+    (tmp_path / "hw_test_handler.py").write_text(HANDLER)
+    out = tmp_path / "handled.jsonl"
+    env = {**os.environ, "HW_TEST_OUT": str(out), "PYTHONPATH": str(tmp_path)}
+    proc = _cli([*common, "--group", "module", "--decode", "protobuf",
+                 "--handler", "hw_test_handler:handle"], errors, env=env)  # fmt: skip
+    try:
+        wait_for(
+            lambda: out.exists() and len(out.read_text().splitlines()) >= len(expected),
+            60,
+            "the handler module to see every change",
+        )
+    finally:
+        assert _stop(proc) == b""  # a handler replaces the JSON lines
+    assert proc.returncode == 0
+    handled = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(h[1] for h in handled) == expected
+    assert {h[3] for h in handled} == {"dict"}
