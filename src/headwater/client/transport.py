@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import http.client
 import logging
+import time
 import urllib.parse
 from typing import Any
 
@@ -22,6 +23,9 @@ from headwater.changes import SchemaLookup
 from headwater.errors import ConfigError, HeadwaterError, PositionNotRetainedError
 from headwater.position import Position
 from headwater.store import EARLIEST, LATEST, AtSeq, AtTime, Record, Start
+
+# How long a request waits for a task that is starting (503 with Retry-After).
+STARTING_WAIT_S = 30.0
 
 __all__ = ["Readers", "start_request"]
 
@@ -68,11 +72,10 @@ class Readers:
             self._conn = cls(url.hostname or "", url.port, timeout=self._timeout)
         return self._conn, url.path.rstrip("/")
 
-    def call(self, path: str, body: Any) -> Any:
-        data = orjson.dumps(body)
-        headers = {"Content-Type": "application/json"}
-        if self._token is not None:
-            headers["Authorization"] = f"Bearer {self._token}"
+    def _exchange(
+        self, path: str, data: bytes, headers: dict[str, str]
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        """One request, to the current reader or, if it does not answer, the next ones."""
         last: Exception | None = None
         for _attempt in range(len(self.urls) + 1):
             conn, prefix = self._connection()
@@ -80,15 +83,29 @@ class Readers:
                 conn.request("POST", prefix + path, body=data, headers=headers)
                 resp = conn.getresponse()
                 payload = resp.read()
-                break
+                return resp, payload
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 self._conn = None
                 last = e
                 log.warning("reader %s: %r; trying the next", self.urls[self._index], e)
                 self._index = (self._index + 1) % len(self.urls)
-        else:
-            raise HeadwaterError(f"no reader of task {self.task} answered {path}: {last!r}")
+        raise HeadwaterError(f"no reader of task {self.task} answered {path}: {last!r}")
+
+    def call(self, path: str, body: Any) -> Any:
+        data = orjson.dumps(body)
+        headers = {"Content-Type": "application/json"}
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token}"
+        deadline = time.monotonic() + STARTING_WAIT_S
+        while True:
+            resp, payload = self._exchange(path, data, headers)
+            # 503 with Retry-After: the task is starting (no change log yet); wait a while.
+            if resp.status != 503 or resp.getheader("Retry-After") is None:
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         if resp.status == 200:
             if (resp.getheader("Content-Type") or "").startswith("application/x-protobuf"):
                 from headwater.server import pb

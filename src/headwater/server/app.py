@@ -480,7 +480,7 @@ class _Handler(BaseHTTPRequestHandler):
             code = self._route(app, method, path, body)
         except RequestError as e:
             code = e.status
-            self._json(code, e.body())
+            self._json(code, e.body(), {"Retry-After": "1"} if code == 503 else None)
         except BinlogFormatError as e:
             log.error("fetch failed: %s", e)
             code = 500

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +45,8 @@ __all__ = ["HttpLog", "LocalLog", "LogAccess", "open_log"]
 FETCH_BYTES = 8 << 20
 #: Records one ``/v1/fetch`` may return.
 FETCH_RECORDS = 10_000
+# How long a request waits for a task that is starting (503 with Retry-After).
+STARTING_WAIT_S = 30.0
 
 
 class LogAccess(Protocol):
@@ -172,16 +175,24 @@ class HttpLog:
         headers = {"Content-Type": "application/json"} if data is not None else {}
         if self._options.token is not None:
             headers["Authorization"] = f"Bearer {self._options.token}"
-        for attempt in (0, 1):
-            try:
-                self._conn.request(method, self._prefix + path, body=data, headers=headers)
-                resp = self._conn.getresponse()
-                payload = resp.read()
+        deadline = time.monotonic() + STARTING_WAIT_S
+        while True:
+            for attempt in (0, 1):
+                try:
+                    self._conn.request(method, self._prefix + path, body=data, headers=headers)
+                    resp = self._conn.getresponse()
+                    payload = resp.read()
+                    break
+                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                    self._conn.close()  # a keep-alive connection the server closed: retry once
+                    if attempt:
+                        raise
+            # 503 with Retry-After: the task is starting (no change log yet); wait a while.
+            if resp.status != 503 or resp.getheader("Retry-After") is None:
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                self._conn.close()  # a keep-alive connection the server closed: retry once
-                if attempt:
-                    raise
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         if resp.status == 200:
             return orjson.loads(payload)
         try:
