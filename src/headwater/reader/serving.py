@@ -96,12 +96,17 @@ class LiveTaskHandle(TaskHandle):
         store = None if self.task is None else self.task.store
         if store is not None and not store.closed:
             return store
-        if self._opened is None and not (Path(self.log) / "head").exists():
+        task = self.task
+        if (
+            self._opened is None
+            and task is not None
+            and not (task.dir / "changes" / "head").exists()
+        ):
             # The task has not created its log yet (it is connecting to its source for the
             # first time): a 503 the clients retry (Retry-After), not a store error.
             from headwater.server.requests import RequestError
 
-            raise RequestError(503, f"task {self.source!r} is starting: no change log yet")
+            raise RequestError(503, f"task {task.name!r} is starting: no change log yet")
         return super().change_log()
 
     def format_description(self) -> FormatDescription | None:
