@@ -290,8 +290,29 @@ PIPELINE: tuple[Section, ...] = (
             ),
             Row("progress", "progress_s", doc="Seconds between progress lines on stderr."),
             Row("snapshot", "snapshot", "mapping", "none", "See `snapshot`."),
+            Row("monitoring", "monitoring", "mapping", "defaults", "See `monitoring`."),
         ),
         hidden=frozenset({"file"}),
+    ),
+    Section(
+        "monitoring",
+        "headwater.pipeline.config.MonitoringSettings",
+        (
+            Row(
+                "lag_warning_s",
+                "lag_warning_s",
+                doc="Lag over this: a WARNING, red in the console.",
+            ),
+            Row(
+                "metrics_file",
+                "metrics_file",
+                "path",
+                "<checkpoint>/metrics.prom",
+                "Prometheus text.",
+            ),
+            Row("report", "report", doc="POST the status to a `server` source's /v1/pipelines."),
+        ),
+        intro="Status file, metrics and console reports (docs/operations.md).",
     ),
     Section(
         "snapshot",

@@ -22,6 +22,7 @@ import yaml
 
 from headwater.configfile import (
     YamlContext as _Ctx,
+    boolean as _bool,
     compose,
     integer as _int,
     mapping as _mapping,
@@ -53,6 +54,7 @@ from headwater.spark.transforms import (
 
 __all__ = [
     "ChangeStreamConfig",
+    "MonitoringSettings",
     "PipelineConfig",
     "SinkSection",
     "SnapshotSettings",
@@ -102,6 +104,18 @@ class SnapshotSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MonitoringSettings:
+    """The ``monitoring`` section (headwater.pipeline.status): ``lag_warning_s`` logs a
+    WARNING and turns the pipeline red in the console when the lag passes it (None: no
+    threshold); ``metrics_file`` for the Prometheus text (default
+    ``<checkpoint>/metrics.prom``); ``report``: POST the status to a ``server:`` source."""
+
+    lag_warning_s: float | None = None
+    metrics_file: Path | None = None
+    report: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class PipelineConfig:
     """A whole pipeline: source, transforms in order, sinks, checkpoint, Spark settings."""
 
@@ -118,6 +132,7 @@ class PipelineConfig:
     progress_s: float = 10.0
     #: re-snapshots on signal (``snapshot`` section); None: signals are not watched
     snapshot: SnapshotSettings | None = None
+    monitoring: MonitoringSettings = MonitoringSettings()
     file: str = "<config>"
 
 
@@ -139,6 +154,7 @@ _TOP = {
     "trigger",
     "progress",
     "snapshot",
+    "monitoring",
 }
 
 
@@ -171,6 +187,8 @@ def parse_pipeline_config(
         kw["progress_s"] = _float(ctx, f["progress"], "progress", 0.1, 86400)
     if "snapshot" in f:
         kw["snapshot"] = _snapshot(ctx, f["snapshot"], "snapshot")
+    if "monitoring" in f:
+        kw["monitoring"] = _monitoring(ctx, f["monitoring"], "monitoring")
     sinks_node = f["sinks"]
     if not isinstance(sinks_node, yaml.SequenceNode) or not sinks_node.value:
         raise ctx.error(sinks_node, "sinks", "must be a non-empty list of sinks")
@@ -226,6 +244,18 @@ def _snapshot(ctx: _Ctx, node: yaml.Node, path: str) -> SnapshotSettings:
     if "chunk_rows" in f:
         kw["chunk_rows"] = _int(ctx, f["chunk_rows"], f"{path}.chunk_rows", 1, 2**31)
     return SnapshotSettings(SourceConnection(**conn), **kw)
+
+
+def _monitoring(ctx: _Ctx, node: yaml.Node, path: str) -> MonitoringSettings:
+    f = _mapping(ctx, node, path, {"lag_warning_s", "metrics_file", "report"})
+    kw: dict[str, Any] = {}
+    if "lag_warning_s" in f:
+        kw["lag_warning_s"] = _float(ctx, f["lag_warning_s"], f"{path}.lag_warning_s", 0, 1e7)
+    if "metrics_file" in f:
+        kw["metrics_file"] = _path(ctx, f["metrics_file"], f"{path}.metrics_file")
+    if "report" in f:
+        kw["report"] = _bool(ctx, f["report"], f"{path}.report")
+    return MonitoringSettings(**kw)
 
 
 # --- source and sinks -----------------------------------------------------------------------

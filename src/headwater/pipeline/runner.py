@@ -56,6 +56,7 @@ from headwater.errors import HeadwaterError
 from headwater.pipeline.config import PipelineConfig
 from headwater.pipeline.failures import is_spark_error, spark_failure
 from headwater.pipeline.sinks import build_sink
+from headwater.pipeline.status import StatusReporter
 from headwater.spark.transforms import apply_transforms
 
 if TYPE_CHECKING:
@@ -211,6 +212,7 @@ class PipelineRunner:
         self.query: StreamingQuery | None = None
         #: results of the re-snapshots this runner ran (signals)
         self.resnapshots: list[Any] = []
+        self.status = StatusReporter(config)  # status file, metrics, console report
 
     @property
     def spark(self) -> SparkSession:
@@ -240,7 +242,7 @@ class PipelineRunner:
             assert self.config.source.schema_file is not None
             write_schema(logs, self.config.source.schema_file)
             rows = apply_transforms(log_changes(spark, logs), self.config.transforms)
-            return rows.observe(OBSERVED, F.max("ts_us").alias("newest_ts_us"))
+            return rows.observe(OBSERVED, *_observed_columns(F))
         register(spark)
         reader = spark.readStream.format("headwater")
         for key, value in self.config.source.options:
@@ -259,7 +261,7 @@ class PipelineRunner:
                 OBSERVED_SIGNALS, F.sum(F.when(is_signal, 1).otherwise(0)).alias("signals")
             )
         changes = apply_transforms(raw, self.config.transforms)
-        return changes.observe(OBSERVED, F.max("ts_us").alias("newest_ts_us"))
+        return changes.observe(OBSERVED, *_observed_columns(F))
 
     def start(self, *, available_now: bool = False) -> StreamingQuery:
         """Start the query; ``available_now`` processes what the log holds now, then ends."""
@@ -300,6 +302,7 @@ class PipelineRunner:
         check_shared(self.spark, self.config)  # on a cluster: file sinks' paths are shared
         self.resnapshot_pending()
         query = self.start(available_now=available_now)
+        self.status.tick(None, None)
         out.write(f"pipeline {self.config.name}: started\n")
         out.flush()
         last_line = time.monotonic()
@@ -313,6 +316,7 @@ class PipelineRunner:
                 query.awaitTermination(0.2)  # type: ignore[arg-type]  # seconds, float ok
                 if time.monotonic() - last_line >= self.config.progress_s:
                     last_batch = self._progress_line(query, out, last_batch)
+                    self.status.tick(query.lastProgress, _newest(query.lastProgress))
                     last_line = time.monotonic()
                 if self.config.snapshot is not None:
                     signalled, seen_batch = _signal_batches(query, seen_batch)
@@ -337,6 +341,9 @@ class PipelineRunner:
             raise PipelineError(message) from None
         finally:
             self._progress_line(query, out, last_batch)
+            self.status.count(query.lastProgress, _newest(query.lastProgress))
+            ended = sys.exc_info()[1]  # the error leaving run(), if any
+            self.status.finish(ended if isinstance(ended, Exception) else None)
         return 0
 
     @property
@@ -488,6 +495,12 @@ def check_shippable(obj: Any, config: PipelineConfig, line: int | None, path: st
         ) from None
     except Exception as e:  # not picklable as a whole: nothing to check here
         log.debug("%s is not pickled whole (%s)", path, e)
+
+
+def _observed_columns(F: Any) -> list[Any]:
+    """The query's observed metrics (:data:`OBSERVED`): the newest commit time, for the
+    lag, and the rows handed to the sinks, for the status (headwater.pipeline.status)."""
+    return [F.max("ts_us").alias("newest_ts_us"), F.count(F.lit(1)).alias("rows_out")]
 
 
 def _newest(progress: Any) -> int | None:

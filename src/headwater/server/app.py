@@ -18,6 +18,9 @@ POST     /v1/subscribe    resolve a start point; returns the first checkpoint
 POST     /v1/fetch        the next batch after a checkpoint (batch.py), long-poll
 POST     /v1/decoding     what a client needs to decode raw records itself: the task's
                           FORMAT_DESCRIPTION and its schema history file
+GET      /console         the operations console, HTML (console.py)
+POST     /v1/pipelines    a pipeline's status report (headwater.pipeline.status)
+GET      /v1/pipelines    the pipelines reported, each judged red or not (console.py)
 =======  ===============  ===========================================================
 
 Errors are JSON ``{"error": reason, "field": field-or-null, ...}``: 400 malformed request
@@ -26,7 +29,8 @@ endpoint, 405 wrong method (PUT, DELETE, ... too), 410 position no longer retain
 ``retained``: the first and last records kept), 413 body too large, 500 a record that
 does not decode, 503 too many connections or a store error. Errors the HTTP layer itself
 raises (a malformed request line) are JSON too. The token
-is compared in constant time and never logged.
+is compared in constant time and never logged. A browser may send it as HTTP Basic
+credentials (any user name, the token as password); ``/console`` asks for them.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from headwater import __version__
 from headwater.errors import BinlogFormatError, PositionNotRetainedError, StoreError
 from headwater.server import ServerOptions, TaskHandle
 from headwater.server.batch import Batch, fetch_batch
+from headwater.server.console import Console
 from headwater.server.encoding import encoder_for
 from headwater.server.metrics import Metrics
 from headwater.server.requests import (
@@ -77,6 +82,8 @@ _ROUTES = {
     "/v1/subscribe": "POST",
     "/v1/fetch": "POST",
     "/v1/decoding": "POST",
+    "/console": "GET",
+    "/v1/pipelines": "GET,POST",
 }
 
 
@@ -102,6 +109,7 @@ class HeadwaterServer:
         self.tasks = tasks
         self.options = options or ServerOptions()
         self.metrics = Metrics()
+        self.console = Console(tasks)
         self._token = None if self.options.token is None else self.options.token.encode()
         self._pool = FetchPool(self.options.fetch_workers) if self.options.fetch_workers else None
         self._cpu = threading.Semaphore(1)  # in-process fetch work: one thread at a time
@@ -123,6 +131,7 @@ class HeadwaterServer:
         """Start the fetch workers, serve in a background thread; returns self."""
         if self._pool is not None:
             self._pool.start()
+        self.console.start()
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             args=(0.05,),  # how soon close() is noticed; requests never wait on it
@@ -143,6 +152,7 @@ class HeadwaterServer:
             self._thread.join()
             self._thread = None
         self._httpd.server_close()
+        self.console.close()
         if self._pool is not None:
             self._pool.close()
 
@@ -158,6 +168,11 @@ class HeadwaterServer:
         if self._token is None:
             return True
         given = (header or "").encode("utf-8", "replace")
+        if given.startswith(b"Basic "):  # a browser: any user name, the token as password
+            try:
+                given = b"Bearer " + base64.b64decode(given[6:], validate=True).partition(b":")[2]
+            except ValueError:
+                return False
         return hmac.compare_digest(given, b"Bearer " + self._token)
 
     def task(self, name: str, field: str) -> TaskHandle:
@@ -506,27 +521,35 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/healthz" and method == "GET":
             return self._json(200, {"status": "ok"})
         if not app.authorized(self.headers.get("Authorization")):
+            scheme = "Basic" if path == "/console" else "Bearer"  # Basic: the browser asks
             self._json(
                 401,
                 {"error": "missing or wrong bearer token", "field": "Authorization"},
-                {"WWW-Authenticate": 'Bearer realm="headwater"'},
+                {"WWW-Authenticate": f'{scheme} realm="headwater"'},
             )
             return 401
         want = _ROUTES.get(path)
         if want is None:
             raise RequestError(404, f"no endpoint {path}", None)
-        if want != method:
+        if method not in want.split(","):
             raise RequestError(405, f"{path} takes {want}", None)
         if path == "/metrics":
             data = app.metrics.render(app.tasks)
             return self._send(200, "text/plain; version=0.0.4; charset=utf-8", [data])
         if path == "/v1/info":
             return self._json(200, app.info())
+        if path == "/console":
+            page = app.console.render(app.info())
+            return self._send(200, "text/html; charset=utf-8", [page])
+        if path == "/v1/pipelines" and method == "GET":
+            return self._json(200, {"pipelines": app.console.pipelines()})
         doc = self._parse_json(body)
         if path == "/v1/subscribe":
             return self._json(200, app.subscribe(doc))
         if path == "/v1/decoding":
             return self._json(200, app.decoding(doc))
+        if path == "/v1/pipelines":
+            return self._json(200, app.console.report(doc))
         content_type, pieces, _n = app.fetch(doc)
         return self._send(200, content_type, pieces)
 

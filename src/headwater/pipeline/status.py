@@ -1,0 +1,343 @@
+"""A running pipeline's status, for people and for monitoring: a JSON file, Prometheus
+metrics and a report to the reader's console.
+
+The runner calls :meth:`StatusReporter.tick` once per progress interval (with the query's
+last progress report) and :meth:`StatusReporter.finish` when the query ends. Each call:
+
+* writes ``<checkpoint>/status.json`` atomically (temp file, rename): the document below;
+* writes the metrics in the Prometheus text format to ``<checkpoint>/metrics.prom`` (or the
+  pipeline file's ``monitoring.metrics_file``), atomically, for node-exporter's textfile
+  collector (``--collector.textfile.directory``: point it at the file's directory or copy
+  the file there; the rename keeps a scrape from seeing half a file);
+* when the source is a reader's HTTP API (``source.server``), POSTs the document to its
+  ``/v1/pipelines`` with the source's token, so the reader's console (``/console``) lists
+  the pipeline; a failed POST is one debug line, never a pipeline failure;
+* logs a WARNING when the lag passes ``alerts.lag_warning_s`` (once per crossing, and
+  one INFO line when it is back under).
+
+The document (``STATUS_VERSION`` 1)::
+
+    {"version": 1, "name": "orders", "state": "running" | "stopped" | "failed",
+     "source": {"server": "http://...", "task": "shop", "path": null},
+     "pid": 1234, "started_at": 1.7e9, "updated_at": 1.7e9, "interval_s": 10.0,
+     "batches": 12, "batch_id": 11, "rows_in_total": 4000, "rows_out_total": 3900,
+     "rows_in": 100, "rows_out": 98,           # the last batch
+     "rows_per_s": 950.0, "batch_seconds": 0.42, "lag_seconds": 0.8,
+     "lag_warning_s": 60.0, "lag_over_threshold": false, "errors_total": 0,
+     "last_error": null,
+     "snapshot": {"db.t": {"chunks_done": 3, "chunks_total": 8, "rows": 150000,
+                           "rows_per_s": 50000.0, "eta_s": 5.0}}}
+
+No secret is in it: the source's token travels only in the POST's Authorization header.
+Metric names (``METRICS``; docs/operations.md and docs/prometheus-alerts.yml use them)::
+
+    headwater_pipeline_rows_total{pipeline,direction}        counter (in: read, out: written)
+    headwater_pipeline_batches_total{pipeline}               counter
+    headwater_pipeline_batch_seconds{pipeline}               gauge, the last batch
+    headwater_pipeline_rows_per_second{pipeline}             gauge, the last batch
+    headwater_pipeline_lag_seconds{pipeline}                 gauge
+    headwater_pipeline_lag_warning_seconds{pipeline}         gauge (only when configured)
+    headwater_pipeline_errors_total{pipeline}                counter
+    headwater_pipeline_up{pipeline}                          gauge, 1 running, 0 otherwise
+    headwater_pipeline_last_report_timestamp_seconds{pipeline}  gauge
+    headwater_pipeline_snapshot_chunks_done{pipeline,table}  gauge
+    headwater_pipeline_snapshot_chunks_total{pipeline,table} gauge
+    headwater_pipeline_snapshot_rows_total{pipeline,table}   counter
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from headwater.store._fs import atomic_write
+
+if TYPE_CHECKING:
+    from headwater.pipeline.config import PipelineConfig
+
+__all__ = [
+    "METRICS",
+    "STATUS_VERSION",
+    "StatusReporter",
+    "render_metrics",
+    "snapshot_progress",
+]
+
+log = logging.getLogger(__name__)
+
+STATUS_VERSION = 1
+
+#: Every metric family a pipeline exports: name -> (type, help).
+METRICS: dict[str, tuple[str, str]] = {
+    "headwater_pipeline_rows_total": (
+        "counter",
+        "Change rows read (direction=in) and handed to the sinks after transforms (out).",
+    ),
+    "headwater_pipeline_batches_total": ("counter", "Micro-batches finished."),
+    "headwater_pipeline_batch_seconds": ("gauge", "Duration of the last micro-batch."),
+    "headwater_pipeline_rows_per_second": ("gauge", "Rows per second of the last micro-batch."),
+    "headwater_pipeline_lag_seconds": (
+        "gauge",
+        "Now minus the newest commit time written by the last micro-batch.",
+    ),
+    "headwater_pipeline_lag_warning_seconds": ("gauge", "The configured lag warning threshold."),
+    "headwater_pipeline_errors_total": ("counter", "Failures of the streaming query."),
+    "headwater_pipeline_up": ("gauge", "1 while the pipeline runs, 0 once stopped or failed."),
+    "headwater_pipeline_last_report_timestamp_seconds": (
+        "gauge",
+        "When the pipeline last wrote its status (Unix time).",
+    ),
+    "headwater_pipeline_snapshot_chunks_done": ("gauge", "Snapshot chunks done, per table."),
+    "headwater_pipeline_snapshot_chunks_total": ("gauge", "Snapshot chunks planned, per table."),
+    "headwater_pipeline_snapshot_rows_total": ("counter", "Snapshot rows written, per table."),
+}
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_metrics(doc: dict[str, Any]) -> str:
+    """The Prometheus text (format 0.0.4) of one status document."""
+    name = str(doc["name"])
+    base = f'pipeline="{_escape(name)}"'
+    samples: dict[str, list[tuple[str, float]]] = {m: [] for m in METRICS}
+    samples["headwater_pipeline_rows_total"] += [
+        (f'{base},direction="in"', doc.get("rows_in_total", 0)),
+        (f'{base},direction="out"', doc.get("rows_out_total", 0)),
+    ]
+    plain = {
+        "headwater_pipeline_batches_total": doc.get("batches"),
+        "headwater_pipeline_batch_seconds": doc.get("batch_seconds"),
+        "headwater_pipeline_rows_per_second": doc.get("rows_per_s"),
+        "headwater_pipeline_lag_seconds": doc.get("lag_seconds"),
+        "headwater_pipeline_lag_warning_seconds": doc.get("lag_warning_s"),
+        "headwater_pipeline_errors_total": doc.get("errors_total", 0),
+        "headwater_pipeline_up": 1 if doc.get("state") == "running" else 0,
+        "headwater_pipeline_last_report_timestamp_seconds": doc.get("updated_at"),
+    }
+    for metric, value in plain.items():
+        if value is not None:
+            samples[metric].append((base, value))
+    for table, snap in sorted((doc.get("snapshot") or {}).items()):
+        labels = f'{base},table="{_escape(table)}"'
+        samples["headwater_pipeline_snapshot_chunks_done"].append((labels, snap["chunks_done"]))
+        samples["headwater_pipeline_snapshot_chunks_total"].append((labels, snap["chunks_total"]))
+        samples["headwater_pipeline_snapshot_rows_total"].append((labels, snap["rows"]))
+    lines: list[str] = []
+    for metric, (kind, text) in METRICS.items():
+        lines += [f"# HELP {metric} {text}", f"# TYPE {metric} {kind}"]
+        lines += [f"{metric}{{{labels}}} {_number(v)}" for labels, v in samples[metric]]
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+def snapshot_progress(checkpoint: Path) -> dict[str, dict[str, Any]]:
+    """Per table, the progress of the snapshots whose state files are in ``checkpoint``
+    (``snapshot.json``, ``resnap-*.json``: headwater.snapshot.state's layout), the newest
+    file last so its numbers win: chunks done and planned, rows, rows/s, ETA in seconds
+    (None once done or before a chunk finished)."""
+    out: dict[str, dict[str, Any]] = {}
+    paths = [checkpoint / "snapshot.json", *map(Path, glob.glob(str(checkpoint / "resnap-*.json")))]
+    existing = sorted((p for p in paths if p.exists()), key=lambda p: p.stat().st_mtime)
+    for path in existing:
+        try:
+            state = json.loads(path.read_bytes())
+            tables, done = state["tables"], state.get("done") or {}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being replaced, or not a snapshot state: the next tick reads it
+        for table, plan in tables.items():
+            ids = {c["id"] for c in plan.get("chunks", [])}
+            finished = [d for cid, d in done.items() if cid in ids]
+            rows = sum(int(d.get("rows", 0)) for d in finished)
+            seconds = sum(float(d.get("seconds", 0.0)) for d in finished)
+            left = len(ids) - len(finished)
+            out[table] = {
+                "chunks_done": len(finished),
+                "chunks_total": len(ids),
+                "rows": rows,
+                "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
+                "eta_s": round(left * seconds / len(finished), 1) if finished and left else None,
+            }
+    return out
+
+
+@dataclass
+class StatusReporter:
+    """Keeps a pipeline's counters and writes its status (see the module docstring)."""
+
+    config: PipelineConfig
+    started_at: float = field(default_factory=time.time)
+    batches: int = 0
+    rows_in_total: int = 0
+    rows_out_total: int = 0
+    errors_total: int = 0
+    last_error: str | None = None
+    _last: dict[str, Any] = field(default_factory=dict)
+    _seen_batch: int = -1
+    _lag_warned: bool = False
+    _post_failed: bool = False
+
+    @property
+    def status_path(self) -> Path:
+        return self.config.checkpoint / "status.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.config.monitoring.metrics_file or self.config.checkpoint / "metrics.prom"
+
+    def tick(self, progress: Any, newest_ts_us: int | None) -> None:
+        """Count the query's last finished batch (once) and publish the status."""
+        self.count(progress, newest_ts_us)
+        self.publish("running")
+
+    def count(self, progress: Any, newest_ts_us: int | None) -> None:
+        """Count the batch of a progress report (once per batch id), note the lag."""
+        if progress and int(progress.get("batchId", -1)) != self._seen_batch:
+            self._seen_batch = int(progress.get("batchId", -1))
+            rows_in = int(progress.get("numInputRows") or 0)
+            rows_out = _observed(progress, "rows_out")
+            rows_out = rows_in if rows_out is None else rows_out
+            if rows_in:  # an idle query reports the batch it waits to run: not a batch
+                self.batches += 1
+                self.rows_in_total += rows_in
+                self.rows_out_total += rows_out
+                duration_ms = (progress.get("durationMs") or {}).get("triggerExecution", 0)
+                self._last = {
+                    "batch_id": self._seen_batch,
+                    "rows_in": rows_in,
+                    "rows_out": rows_out,
+                    "rows_per_s": float(progress.get("processedRowsPerSecond") or 0.0),
+                    "batch_seconds": duration_ms / 1000,
+                }
+        if newest_ts_us:
+            self._last["lag_seconds"] = round(max(0.0, time.time() - newest_ts_us / 1e6), 3)
+        self._check_lag()
+
+    def finish(self, error: BaseException | str | None) -> None:
+        """The query ended: ``stopped``, or ``failed`` with its error (one line)."""
+        if error is not None:
+            self.errors_total += 1
+            self.last_error = str(error).splitlines()[0][:500] if str(error) else repr(error)
+        self.publish("stopped" if error is None else "failed")
+
+    def document(self, state: str) -> dict[str, Any]:
+        options = self.config.source.option_map()
+        return {
+            "version": STATUS_VERSION,
+            "name": self.config.name,
+            "state": state,
+            "source": {
+                "server": options.get("server"),
+                "task": options.get("task"),
+                "path": options.get("path"),
+            },
+            "pid": os.getpid(),
+            "started_at": self.started_at,
+            "updated_at": time.time(),
+            "interval_s": self.config.progress_s,
+            "batches": self.batches,
+            "batch_id": self._last.get("batch_id"),
+            "rows_in_total": self.rows_in_total,
+            "rows_out_total": self.rows_out_total,
+            "rows_in": self._last.get("rows_in", 0),
+            "rows_out": self._last.get("rows_out", 0),
+            "rows_per_s": self._last.get("rows_per_s"),
+            "batch_seconds": self._last.get("batch_seconds"),
+            "lag_seconds": self._last.get("lag_seconds"),
+            "lag_warning_s": self.config.monitoring.lag_warning_s,
+            "lag_over_threshold": self._lag_warned,
+            "errors_total": self.errors_total,
+            "last_error": self.last_error,
+            "snapshot": snapshot_progress(self.config.checkpoint),
+        }
+
+    def publish(self, state: str) -> dict[str, Any]:
+        """Write the status file and the metrics file, POST to the reader; never raises
+        for a write that fails (logged: a status never stops a pipeline)."""
+        doc = self.document(state)
+        data = json.dumps(doc).encode()
+        try:
+            self.config.checkpoint.mkdir(parents=True, exist_ok=True)
+            atomic_write(str(self.status_path), data)
+            self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(str(self.metrics_path), render_metrics(doc).encode())
+        except OSError as e:
+            log.warning("pipeline %s: cannot write its status: %s", self.config.name, e)
+        if self.config.monitoring.report:
+            self._post(data)
+        return doc
+
+    def _check_lag(self) -> None:
+        threshold = self.config.monitoring.lag_warning_s
+        lag = self._last.get("lag_seconds")
+        if threshold is None or lag is None:
+            return
+        if lag > threshold and not self._lag_warned:
+            self._lag_warned = True
+            log.warning(
+                "pipeline %s: lag %.1f s is over the warning threshold (%.1f s)",
+                self.config.name,
+                lag,
+                threshold,
+            )
+        elif lag <= threshold and self._lag_warned:
+            self._lag_warned = False
+            log.info(
+                "pipeline %s: lag %.1f s is back under %.1f s", self.config.name, lag, threshold
+            )
+
+    def _post(self, data: bytes) -> None:
+        options = self.config.source.option_map()
+        server = options.get("server")
+        if not server:
+            return
+        headers = {"Content-Type": "application/json"}
+        token = _token(options)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        url = server.rstrip("/") + "/v1/pipelines"
+        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=2.0) as response:
+                response.read()
+            self._post_failed = False
+        except (OSError, urllib.error.URLError) as e:
+            level = logging.DEBUG if self._post_failed else logging.INFO
+            log.log(level, "pipeline %s: status not reported to %s: %s", self.config.name, url, e)
+            self._post_failed = True
+
+
+def _observed(progress: Any, key: str) -> int | None:
+    from headwater.pipeline.runner import OBSERVED
+
+    row = (progress.get("observedMetrics") or {}).get(OBSERVED)
+    try:
+        value = None if row is None else row[key]
+    except (KeyError, ValueError, IndexError):
+        return None
+    return None if value is None else int(value)
+
+
+def _token(options: dict[str, str]) -> str | None:
+    """The source's token (file or variable, as the Spark source reads it); never logged."""
+    if "tokenFile" in options:
+        try:
+            with open(options["tokenFile"], encoding="utf-8") as fh:
+                return fh.readline().strip() or None
+        except OSError:
+            return None
+    if "tokenEnv" in options:
+        return os.environ.get(options["tokenEnv"]) or None
+    return None
