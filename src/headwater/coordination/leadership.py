@@ -5,7 +5,10 @@ Layout (under ``/headwater/tasks/<task>/``, beside ``servers/`` of zk.py)::
     servers/<member>   ephemeral: the member's URL (what ``discover_readers`` lists)
     members/<member>   ephemeral JSON {"url", "role", "seq", "epoch"}: a live member and how
                        far its change log goes (the election prefers the highest seq)
-    leader             ephemeral JSON {"member", "url", "epoch"}: the member capturing
+    leader             ephemeral JSON {"member", "url", "epoch", "lease_s"}: the member
+                       capturing, and how long its lease lasts after a round trip
+    deposed            persistent JSON {"epoch", "lease_s", "by"}: the last epoch whose
+                       leader node another member deleted (see "Deposition" below)
     epoch              persistent; its *version* is the current epoch
     epochs             persistent JSON [[epoch, first_seq], ...]: the seq each epoch's
                        leader began appending at (the divergence point of a deposed leader)
@@ -21,6 +24,20 @@ successful round trip to ZooKeeper and lasts a fraction of the session timeout f
 moment the request was sent, so a leader paused (SIGSTOP) or cut off past its session
 stops appending before, or at the latest when, a new leader can exist (fencing that needs
 no clock agreement between machines, only a steady monotonic clock on each).
+
+Deposition. A leader whose process is gone (its API refuses connections) keeps its node
+until its session expires. A follower may delete it at once (:meth:`Leadership.depose`:
+ZooKeeper lets any client delete another session's ephemeral node), in one transaction
+that checks the epoch is still the deposed leader's and records the epoch in ``deposed``.
+The deposed leader may in fact be alive (a firewall that rejects connections looks the
+same): its next renewal finds the node gone and revokes its lease, and it cannot append
+past the lease it already holds, which ends less than ``lease_s`` after the deletion
+(it was earned by a round trip sent before). So the member that wins the next epoch
+after a deposition appends nothing before ``lease_s`` has passed since it saw the
+``deposed`` record (:attr:`Leadership.not_before`): two leaders never append at once,
+and never in one epoch. Which member deposed does not matter; ``try_lead`` checks
+``deposed``'s version in its transaction, so a deposition between its read and its
+commit makes it fail and stand again.
 """
 
 from __future__ import annotations
@@ -34,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headwater.coordination import CoordinationError
-from headwater.coordination.zk import ROOT, _safe, servers_path
+from headwater.coordination.zk import ROOT, _safe, servers_path, session_timeout_s
 
 __all__ = ["LeaderInfo", "Leadership", "Lease", "cluster_view", "task_root"]
 
@@ -107,6 +124,8 @@ class Leadership:
         self.url = url
         self.root = task_root(task)
         self.epoch = 0
+        #: monotonic time before which a new leader must not append (after a deposition)
+        self.not_before = 0.0
         self.lost = threading.Event()
         self.lease = Lease()
         self._stop = threading.Event()
@@ -139,9 +158,10 @@ class Leadership:
         for path in (f"{self.root}/members", servers_path(self.task)):
             c.ensure_path(path)
         c.ensure_path(f"{self.root}/epoch")
-        if not c.exists(f"{self.root}/epochs"):
-            with contextlib.suppress(NodeExistsError):
-                c.create(f"{self.root}/epochs", b"[]")
+        for name, empty in (("epochs", b"[]"), ("deposed", b"{}")):
+            if not c.exists(f"{self.root}/{name}"):
+                with contextlib.suppress(NodeExistsError):
+                    c.create(f"{self.root}/{name}", empty)
         self.lost.clear()
         self._put_ephemeral(f"{servers_path(self.task)}/{self.member}", self.url.encode())
         self.publish(seq, "follower")
@@ -218,6 +238,49 @@ class Leadership:
             return None
         return LeaderInfo(str(doc["member"]), str(doc["url"]), int(doc["epoch"]))
 
+    def lease_s(self) -> float:
+        """How long this member's lease lasts after a round trip."""
+        return self.lease.fraction * session_timeout_s(self.client)
+
+    def depose(self, leader: LeaderInfo) -> bool:
+        """Delete the node of ``leader`` (whose process is gone) without waiting for its
+        session to expire, if it still leads at its epoch; also its ``members/`` and
+        ``servers/`` nodes, so the election does not wait for it. True if deposed. Safe
+        even if it is alive (module docstring, "Deposition")."""
+        from kazoo.exceptions import NoNodeError
+
+        c = self.client
+        try:
+            data, lstat = c.get(self.leader_path)
+        except NoNodeError:
+            return False
+        doc = _load(data)
+        if not isinstance(doc, dict) or int(doc.get("epoch", -1)) != leader.epoch:
+            return False
+        # A leader that did not say its lease is assumed to hold a whole session's worth.
+        lease_s = float(doc.get("lease_s") or session_timeout_s(c))
+        record = {"epoch": leader.epoch, "lease_s": lease_s, "by": self.member}
+        tx = c.transaction()
+        tx.check(f"{self.root}/epoch", leader.epoch)
+        tx.delete(self.leader_path, version=lstat.version)
+        tx.set_data(f"{self.root}/deposed", json.dumps(record).encode())
+        if any(isinstance(r, Exception) for r in tx.commit()):
+            return False
+        owner = lstat.ephemeralOwner
+        server = f"{servers_path(self.task)}/{leader.member}"
+        for path in (self._member_path(leader.member), server):
+            with contextlib.suppress(NoNodeError):
+                stat = c.exists(path)
+                if stat is not None and stat.ephemeralOwner == owner:
+                    c.delete(path)
+        log.warning(
+            "%s: deposed leader %s (epoch %d): its API refuses connections",
+            self.task,
+            leader.member,
+            leader.epoch,
+        )
+        return True
+
     def epochs(self) -> list[tuple[int, int]]:
         """``[(epoch, first_seq), ...]`` oldest first."""
         from kazoo.exceptions import NoNodeError
@@ -237,18 +300,26 @@ class Leadership:
         c = self.client
         _d, estat = c.get(f"{self.root}/epoch")
         hist_data, hstat = c.get(f"{self.root}/epochs")
+        dep_data, dstat = c.get(f"{self.root}/deposed")
+        seen = time.monotonic()  # after the deposition below, if any, took effect
+        deposed = _load(dep_data) or {}
         epoch = int(estat.version) + 1
         history = (_load(hist_data) or []) + [[epoch, first_seq]]
-        doc = {"member": self.member, "url": self.url, "epoch": epoch}
+        doc = {"member": self.member, "url": self.url, "epoch": epoch, "lease_s": self.lease_s()}
         tx = c.transaction()
         tx.create(self.leader_path, json.dumps(doc).encode(), ephemeral=True)
         tx.set_data(f"{self.root}/epoch", b"", version=estat.version)
         tx.set_data(f"{self.root}/epochs", json.dumps(history).encode(), version=hstat.version)
+        tx.check(f"{self.root}/deposed", dstat.version)
         results = tx.commit()
         if any(isinstance(r, Exception) for r in results):
             if isinstance(results[0], NoNodeError):
                 raise CoordinationError(f"task {self.task}: its ZooKeeper nodes vanished")
             return None
+        self.not_before = 0.0
+        if deposed.get("epoch") == estat.version:
+            # The previous leader was deposed, not expired: its lease may still run.
+            self.not_before = seen + float(deposed.get("lease_s") or 0.0)
         self.epoch = int(epoch)
         self.lease.revoke()  # granted by the round trip below
         self.renew()
@@ -317,12 +388,12 @@ class Leadership:
         if not mine or estat.version != self.epoch:
             self.lease.revoke()
             return False
-        self.lease.grant(sent, float(getattr(self.client, "_session_timeout", 6000)) / 1000.0)
+        self.lease.grant(sent, session_timeout_s(self.client))
         return True
 
     def _start_renewer(self) -> None:
         self._stop.clear()
-        timeout = float(getattr(self.client, "_session_timeout", 6000)) / 1000.0
+        timeout = session_timeout_s(self.client)
 
         def loop() -> None:
             while not self._stop.wait(timeout / 8):

@@ -29,14 +29,18 @@ __all__ = [
     "group_path",
     "member_path",
     "servers_path",
+    "session_timeout_s",
     "shard_path",
 ]
 
 log = logging.getLogger(__name__)
 
 ROOT = "/headwater"
-#: kazoo's default is 10 s; 6 s keeps a dead member's shards idle for less than that.
-DEFAULT_SESSION_TIMEOUT = 6.0
+#: kazoo's default is 10 s. 4 s is the least a ZooKeeper server with the default
+#: ``tickTime=2000`` grants (it bounds a session to 2..20 ticks: ``minSessionTimeout``,
+#: https://zookeeper.apache.org/doc/r3.8.4/zookeeperAdmin.html#sc_advancedConfiguration),
+#: so a dead member's shards and a dead reader leader's node go after about 4 s anywhere.
+DEFAULT_SESSION_TIMEOUT = 4.0
 
 
 def _safe(name: str, what: str) -> str:
@@ -72,12 +76,40 @@ def connect(
     from kazoo.handlers.threading import KazooTimeoutError
 
     client = KazooClient(hosts=hosts, timeout=session_timeout)
+    _note_negotiated(client)
     try:
         client.start(timeout=timeout)
     except KazooTimeoutError:
         client.close()
         raise CoordinationError(f"no ZooKeeper server answered at {hosts} in {timeout} s") from None
     return client
+
+
+def _note_negotiated(client: Any) -> None:
+    """Keep the session timeout the server granted on ``client.negotiated_timeout_ms``.
+
+    The server may grant another timeout than asked (bounded by its tickTime); kazoo
+    uses it but keeps only the one asked for (``_session_timeout``). Its connection's
+    ``_connect`` returns the read timeout, two thirds of the granted session timeout
+    (kazoo/protocol/connection.py, ``read_timeout = negotiated_session_timeout * 2.0 / 3.0``).
+    """
+    conn = client._connection
+    connect_once = conn._connect
+
+    def _connect(*args: Any) -> Any:
+        read_timeout, connect_timeout = connect_once(*args)
+        client.negotiated_timeout_ms = read_timeout * 1.5
+        return read_timeout, connect_timeout
+
+    conn._connect = _connect
+
+
+def session_timeout_s(client: Any) -> float:
+    """The session timeout (seconds) a lease may count on: the lesser of the one asked
+    for and the one the server granted (a session never outlives it)."""
+    asked = float(getattr(client, "_session_timeout", DEFAULT_SESSION_TIMEOUT * 1000))
+    granted = float(getattr(client, "negotiated_timeout_ms", asked))
+    return min(asked, granted) / 1000.0
 
 
 def discover_readers(client: Any, task: str) -> list[str]:

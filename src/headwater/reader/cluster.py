@@ -6,11 +6,16 @@ The loop of :class:`ClusterMember` (one per task and process, instead of ``task.
   it differs from the leader's log (a deposed leader), then copy its records as they come,
   keep its schema history, and save the leader's resume state (from ZooKeeper) as ours
   whenever our log covers it, so a promotion resumes where the log ends;
+* the leader's API refuses connections for ``REFUSED_S`` (its process is gone, its
+  session not yet expired): depose it (coordination/leadership.py, "Deposition"), so the
+  election need not wait for the session timeout;
 * nobody leads: publish our log's end, let the other members publish theirs, and only the
   most up-to-date member (coordination/leadership.py ``best_candidate``) stands: it first
   copies from the old leader whatever it still serves, then wins the epoch and runs the
   task (capture from the source at the position after its last record), fenced by the
   lease; when the lease or the session is lost the task stops and the member follows.
+  After a deposition the new leader appends nothing before the deposed leader's lease
+  has surely run out (``Leadership.not_before``; the fence waits for it).
 
 Invariant: seqs mean the same on every member. A follower appends only the leader's
 records at the leader's seqs; a new leader appends only after its log holds every record
@@ -26,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from headwater.coordination.leadership import Leadership
+from headwater.coordination.leadership import LeaderInfo, Leadership
 from headwater.reader.follow import FollowError, LeaderLink, copy_some, cut_log, divergence
 from headwater.reader.status import STATE_FILE
 from headwater.reader.task import ReaderTask
@@ -38,6 +43,12 @@ log = logging.getLogger(__name__)
 
 #: How long members publish their log ends before the best one stands.
 SETTLE_S = 0.3
+#: How long the leader's API must refuse connections (nothing listens: the process is
+#: gone) before a follower deposes it. Short: a wrong deposition costs an election, not
+#: safety (the new leader waits out the old lease before appending).
+REFUSED_S = 0.5
+#: Between two attempts to reach a leader that refuses.
+RETRY_S = 0.1
 
 
 class ClusterMember:
@@ -52,6 +63,8 @@ class ClusterMember:
         self.token = token
         self._stop = threading.Event()
         self._last_leader_url: str | None = None
+        # (leader, when its API first refused in a row of refusals)
+        self._refused: tuple[LeaderInfo, float] | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -81,7 +94,8 @@ class ClusterMember:
         leader = self.lead.leader()
         if leader is not None and leader.member != self.member:
             self._last_leader_url = leader.url
-            self._follow(leader.url, leader.epoch)
+            if not self._follow(leader.url, leader.epoch):
+                self._refusing(leader)
         elif leader is None:
             self._stand()
         else:  # our own node of a previous session: join() removes it
@@ -100,7 +114,20 @@ class ClusterMember:
 
     # -- following -------------------------------------------------------------------------
 
-    def _follow(self, url: str, epoch: int) -> None:
+    def _refusing(self, leader: LeaderInfo) -> None:
+        """The leader's API refused a connection: depose it once it has refused for
+        ``REFUSED_S`` in a row."""
+        now = time.monotonic()
+        if self._refused is None or self._refused[0] != leader:
+            self._refused = (leader, now)
+        elif now - self._refused[1] >= REFUSED_S:
+            self._refused = None
+            self.lead.depose(leader)
+            return
+        self._stop.wait(RETRY_S)
+
+    def _follow(self, url: str, epoch: int) -> bool:
+        """Follow the leader at ``url`` until it changes; False if its API refused."""
         task = self.task
         assert task.store is not None
         task.cluster.update(role="follower", epoch=epoch, leader=url)
@@ -113,6 +140,7 @@ class ClusterMember:
             next_meta = time.monotonic() + 1.0
             while not self._stop.is_set() and not self.lead.lost.is_set():
                 copy_some(link, task.store, wait_ms=300)
+                self._refused = None
                 end = task.store.acked_seq
                 lag = max(0, link.latest_seq - end)
                 task.cluster["lag_records"] = lag
@@ -124,8 +152,12 @@ class ClusterMember:
                     self.lead.publish(end, "follower", lag)
                     current = self.lead.leader()
                     if current is None or current.url != url:
-                        return  # the leader changed: decide again
+                        return True  # the leader changed: decide again
         except FollowError as e:
+            if e.refused:
+                log.debug("%s: the leader %s refuses: %s", task.name, url, e)
+                return False
+            self._refused = None
             log.info("%s: following %s stopped: %s", task.name, url, e)
             self._stop.wait(0.2)
         except Exception as e:
@@ -133,6 +165,7 @@ class ClusterMember:
             self._stop.wait(0.5)
         finally:
             link.close()
+        return True
 
     def _keep_state(self, end: int) -> None:
         """Save the leader's resume state as ours when our log covers it."""
@@ -205,7 +238,7 @@ class ClusterMember:
         task.store.close()
         task.store = None
         task.cluster = {"role": "leader", "epoch": epoch, "leader": self.lead.url, "lag_records": 0}
-        task.fence = self.lead.lease_valid
+        task.fence = self._fence
         task.on_save = self._save_state
         task.follow_fde = None
         task._stop = self._stop.is_set()
@@ -226,6 +259,15 @@ class ClusterMember:
             if not self._stop.is_set():
                 task.state = "following"
                 log.warning("%s: no longer leader (epoch %d)", task.name, epoch)
+
+    def _fence(self) -> bool:
+        """Whether the task may append now. After a deposition the first appends wait
+        until the deposed leader's lease has run out (the task starts meanwhile)."""
+        wait = self.lead.not_before - time.monotonic()
+        if wait > 0:
+            log.info("%s: waiting %.2f s for the deposed leader's lease", self.task.name, wait)
+            self._stop.wait(wait)
+        return self.lead.lease_valid()
 
     def _save_state(self, state: ReaderState) -> None:
         try:

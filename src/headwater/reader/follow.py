@@ -40,7 +40,12 @@ log = logging.getLogger(__name__)
 
 
 class FollowError(HeadwaterError):
-    """The leader's log and ours disagree, or the leader cannot be read."""
+    """The leader's log and ours disagree, or the leader cannot be read (``refused``:
+    nothing listens at its address, its process is most likely gone)."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 def _record(doc: Any) -> Record:
@@ -101,7 +106,8 @@ class LeaderLink:
             payload = resp.read()
         except (OSError, http.client.HTTPException) as e:
             self.close()
-            raise FollowError(f"leader {self.url}{path}: {e!r}") from None
+            refused = isinstance(e, ConnectionRefusedError)
+            raise FollowError(f"leader {self.url}{path}: {e!r}", refused=refused) from None
         if resp.status != 200:
             raise FollowError(f"leader {self.url}{path}: HTTP {resp.status}: {payload[:200]!r}")
         return orjson.loads(payload)
