@@ -95,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
     from headwater.errors import ConfigError
     from headwater.pipeline.config import load_pipeline_config
     from headwater.pipeline.runner import PIPELINE_SPARK_CONF, PipelineRunner
-    from headwater.pipeline.snapshots import run_snapshot, stream_config
+    from headwater.pipeline.snapshots import run_snapshot, snapshot_log, stream_config
     from headwater.snapshot.modes import plan_snapshot, stored_position
     from headwater.snapshot.runner import SnapshotOptions
     from headwater.spark.session import build_session, spark_log_level
@@ -133,7 +133,6 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(f"expected DB.T=C1,C2, got {item!r}", field="--key")
         keys.append((table, tuple(c.strip() for c in cols.split(","))))
     options = SnapshotOptions(args.chunk_rows, args.wave_chunks, args.timeout, tuple(keys))
-    task_dir = dict(config.source.options).get("path", "")
     master = args.master or config.master
     spark = build_session(
         master,
@@ -145,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
 
     check_shared(spark, config)  # on a cluster: file sinks' paths are shared (cluster.md)
     run_config = config
-    if plan_snapshot(args.mode, checkpoint=config.checkpoint, task_dir=task_dir):
+    if plan_snapshot(args.mode, checkpoint=config.checkpoint, log=snapshot_log(config)):
         result = run_snapshot(
             spark, config, connection=_connection(args),
             tables=args.tables, state_path=args.state, options=options,

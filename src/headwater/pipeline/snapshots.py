@@ -11,45 +11,41 @@ The source database connection is not part of the pipeline's source section (the
 pipeline reads the reader's change log, not the source): callers pass it as a
 :class:`~headwater.connections.SourceConnection` (the CLI's ``--source`` options, or the
 file's ``snapshot`` section for re-snapshots).
+
+The change log is read where the pipeline's source reads it (:func:`snapshot_log`): the
+task directory of a ``path:`` source, or, for a ``server:`` source, the reader's HTTP API,
+so that snapshots run on a cluster whose executors see no reader directory
+(docs/cluster.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headwater.connections import SourceConnection
-from headwater.errors import ConfigError
 from headwater.pipeline.config import PipelineConfig
 from headwater.pipeline.sinks import build_sink
+from headwater.snapshot.changelog import LogRef
 from headwater.snapshot.runner import SnapshotOptions, SnapshotResult, SnapshotRunner
+from headwater.spark.offsets import parse_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["run_snapshot", "stream_config"]
+__all__ = ["run_snapshot", "snapshot_log", "stream_config"]
 
 
-def _task_dir(config: PipelineConfig) -> str:
-    opts = config.source.option_map()
-    path = opts.get("path")
-    if not path:
-        raise ConfigError(
-            "snapshots read the reader task directory: the pipeline's source needs a path",
-            field="source.path",
-        )
-    return path
+def snapshot_log(config: PipelineConfig) -> LogRef:
+    """Where the pipeline's snapshots read the change log: its source's task directory
+    (``path:``) or the reader's HTTP API (``server:`` and ``task``, with the token read
+    here on the driver from ``tokenEnv``/``tokenFile``; it travels inside the chunk tasks)."""
+    return LogRef.of(parse_options(config.source.option_map()))
 
 
 def _source_name(config: PipelineConfig) -> str:
-    opts = config.source.option_map()
-    return (
-        opts.get("source")
-        or opts.get("task")
-        or os.path.basename(os.path.normpath(_task_dir(config)))
-    )
+    return parse_options(config.source.option_map()).source_name
 
 
 def run_snapshot(
@@ -70,7 +66,7 @@ def run_snapshot(
     runner = SnapshotRunner(
         spark,
         source=_source_name(config),
-        task_dir=_task_dir(config),
+        log=snapshot_log(config),
         connection=connection,
         tables=tables,
         state_path=state,

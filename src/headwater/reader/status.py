@@ -68,6 +68,7 @@ def task_status(task: ReaderTask) -> dict[str, Any]:
         "server_identity": task.identity,
         "change_id": task.change_id,
         "position": None if task.position is None else str(task.position),
+        "saved_position": _saved_position(task.dir),
         "gtid_set": "" if task.gtid_set is None else str(task.gtid_set),
         "commit_ts_us": task.ts_us,
         "lag_s": task.lag_s,
@@ -82,6 +83,19 @@ def task_status(task: ReaderTask) -> dict[str, Any]:
         "heartbeat_errors": 0 if hb is None else hb.errors,
         "retention": retention,
     }
+
+
+def _saved_position(task_dir: Path) -> str | None:
+    """The position in ``state.json``: the start of the last transaction processed
+    (stored or filtered out) whose records the store has acknowledged. Unlike the live
+    ``position`` (which can be ahead of what readers can see while a group commit is in
+    flight), every record before it is readable: snapshots wait on it
+    (:mod:`headwater.snapshot.watermarks`, "Caught up to high")."""
+    try:
+        state = ReaderState.load(str(task_dir / STATE_FILE))
+    except (StoreError, OSError):
+        return None
+    return None if state is None or state.position is None else str(state.position)
 
 
 def write_status_file(task_dir: Path, status: dict[str, Any]) -> None:
@@ -125,6 +139,7 @@ def read_task_status(task_dir: Path) -> dict[str, Any]:
     state = ReaderState.load(str(task_dir / STATE_FILE))
     if state is not None:
         out["position"] = None if state.position is None else str(state.position)
+        out["saved_position"] = out["position"]
         out["gtid_set"] = state.gtid_set
         out["stored_seq"] = state.seq
         out["change_id"] = state.change_ids[-1].change_id if state.change_ids else 0

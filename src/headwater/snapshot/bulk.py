@@ -69,7 +69,6 @@ from headwater.snapshot.chunking import range_predicate
 from headwater.snapshot.keys import decode_key
 from headwater.snapshot.watermarks import (
     chunk_membership,
-    first_seq_at,
     kid,
     master_status,
     snapshot_position,
@@ -222,10 +221,10 @@ def run_bulk_chunk(
         conn.commit()
         high = master_status(conn)
         read_s = time.monotonic() - started
-        wait_caught_up(tlog.dir, tlog.log, conn, high, task.timeout_s)
+        wait_caught_up(tlog, conn, high, task.timeout_s)
         change_id = tlog.change_id()
-        first = first_seq_at(tlog.log, change_id, low)
-        last = first_seq_at(tlog.log, change_id, high) - 1
+        first = tlog.first_seq_at(change_id, low)
+        last = tlog.first_seq_at(change_id, high) - 1
         window = list(tlog.changes(first, last, {(task.database, task.table)}, task.source))
         images = (im for ch in window for im in (ch.before, ch.after))
         in_chunk = chunk_membership(

@@ -1,8 +1,9 @@
 """Reading one chunk: SELECT between watermarks, reconcile with the log, emit change rows.
 
 :func:`run_chunk` is what a Spark task runs for one :class:`ChunkTask` (a small picklable
-value): it opens its own source connection and its own read-only view of the reader task
-directory, reads the chunk as :mod:`headwater.snapshot.watermarks` describes (low, SELECT
+value): it opens its own source connection and its own view of the reader task's change
+log (:mod:`headwater.snapshot.changelog`: the task directory read-only, or the reader's
+HTTP API), reads the chunk as :mod:`headwater.snapshot.watermarks` describes (low, SELECT
 with an unbuffered ``SSCursor``, high), waits until the reader has stored the binlog up to
 high, reconciles the rows with the window's changes of the table, and yields
 ``("row", change-row tuple)`` for each row (op ``read``, columns of
@@ -24,19 +25,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from headwater.changes import ChangeRow, decode_record
+from headwater.changes import ChangeRow
 from headwater.changes.schema import change_row_values
 from headwater.connections import SourceConnection
 from headwater.position import Position
 from headwater.schema.model import TableDef
+from headwater.snapshot.changelog import LogRef, SnapshotLog
 from headwater.snapshot.chunking import range_predicate
 from headwater.snapshot.keys import KeyOrder, decode_key
 from headwater.snapshot.watermarks import (
     chunk_membership,
-    first_seq_at,
     kid,
     master_status,
     read_sequence,
@@ -48,7 +48,6 @@ from headwater.snapshot.watermarks import (
 __all__ = [
     "ChunkConnections",
     "ChunkTask",
-    "TaskLog",
     "connect_source",
     "run_chunk",
     "value_normalizer",
@@ -63,7 +62,8 @@ class ChunkTask:
 
     chunk_id: str
     source: str
-    task_dir: str
+    #: where the change log is read: the task directory or the reader's API (token inside)
+    log: LogRef
     connection: SourceConnection
     database: str
     table: str
@@ -114,63 +114,6 @@ def _set_normalizer(names: tuple[str, ...]) -> Callable[[Any], Any]:
         return v
 
     return norm
-
-
-class TaskLog:
-    """A reader task directory opened read-only: change log, FORMAT_DESCRIPTION, history."""
-
-    def __init__(self, task_dir: str | Path) -> None:
-        from headwater.binlog.framing import FormatDescription
-        from headwater.spark.logaccess import load_history
-        from headwater.store import ChangeLog
-
-        self.dir = Path(task_dir)
-        fde = self.dir / "fde.bin"
-        self.fde = (
-            FormatDescription.parse(fde.read_bytes(), source=str(fde)) if fde.exists() else None
-        )
-        self.schema = load_history(self.dir / "schema.jsonl")
-        self.log = ChangeLog.open(str(self.dir / "changes"), read_only=True)
-
-    def change_id(self) -> int:
-        latest = self.log.latest()
-        return 0 if latest is None else int(latest.position.change_id)
-
-    def table_def(self, database: str, table: str, at: Position | None = None) -> TableDef | None:
-        if self.schema is None:
-            return None
-        where = at or Position(1 << 30, 1 << 30, 1 << 60, 0)
-        found: TableDef | None = self.schema.table_at(database, table, where)
-        return found
-
-    def changes(
-        self, first: int, last: int, tables: set[tuple[str, str]], source: str
-    ) -> Iterator[ChangeRow]:
-        """Row changes (no DDL) of ``tables`` in records ``first .. last`` (inclusive)."""
-        from headwater.store import AtSeq
-
-        if last < first:
-            return
-        names = {f"{d}.{t}" for d, t in tables}
-
-        def want(db: str, table: str) -> bool:
-            return (db, table) in tables
-
-        with self.log.reader(AtSeq(first)) as reader:
-            for _ in range(first, last + 1):
-                rec = reader.next(0)
-                if rec is None:
-                    break
-                if not any(name in names for name, _ in rec.tables):
-                    continue
-                for change in decode_record(
-                    rec, source=source, fde=self.fde, schema=self.schema, want=want
-                ):
-                    if change.op != "ddl":
-                        yield change
-
-    def close(self) -> None:
-        self.log.close()
 
 
 class ChunkConnections:
@@ -251,7 +194,7 @@ def _close_quietly(conn: Any) -> None:
 def run_chunk(task: ChunkTask, conns: ChunkConnections | None = None) -> Iterator[tuple[str, Any]]:
     """Read, reconcile and emit one chunk (module docstring), with the connections of
     ``conns`` (default: its own, closed at the end)."""
-    tlog = TaskLog(task.task_dir)
+    tlog = task.log.open()
     own = ChunkConnections() if conns is None else None
     pool = own or conns
     assert pool is not None
@@ -268,7 +211,7 @@ def run_chunk(task: ChunkTask, conns: ChunkConnections | None = None) -> Iterato
 
 
 def _run(
-    task: ChunkTask, tlog: TaskLog, conn: Any, conns: ChunkConnections
+    task: ChunkTask, tlog: SnapshotLog, conn: Any, conns: ChunkConnections
 ) -> Iterator[tuple[str, Any]]:
     import pymysql.cursors
 
@@ -306,10 +249,10 @@ def _run(
     conn.commit()
     high = master_status(conn)
     read_rows = len(rows)
-    wait_caught_up(tlog.dir, tlog.log, conn, high, task.timeout_s)
+    wait_caught_up(tlog, conn, high, task.timeout_s)
     change_id = tlog.change_id()
-    first = first_seq_at(tlog.log, change_id, low)
-    last = first_seq_at(tlog.log, change_id, high) - 1
+    first = tlog.first_seq_at(change_id, low)
+    last = tlog.first_seq_at(change_id, high) - 1
     window = list(tlog.changes(first, last, {(task.database, task.table)}, task.source))
     in_chunk = chunk_membership(
         task.key,
@@ -321,7 +264,7 @@ def _run(
     reconcile(rows, window, key_cols, in_chunk)
     conn.commit()
     position = Position(change_id, high.file_num, high.offset, 0)
-    version = _version(tlog, position)
+    version = tlog.version_at(position)
     sequence = read_sequence(last, task.wave)
     ts_us = time.time_ns() // 1000
     txn = f"snapshot:{task.chunk_id}"
@@ -348,8 +291,3 @@ def _run(
             "seconds": round(time.monotonic() - started, 3),
         },
     )
-
-
-def _version(tlog: TaskLog, position: Position) -> int:
-    version_at = getattr(tlog.schema, "version_at", None)
-    return int(version_at(position)) if version_at is not None else 0

@@ -25,6 +25,7 @@ from pathlib import Path
 import orjson
 
 from headwater.errors import ConfigError
+from headwater.snapshot.changelog import LogRef, open_snapshot_log
 
 __all__ = ["SnapshotMode", "plan_snapshot", "stored_position"]
 
@@ -53,19 +54,18 @@ def stored_position(checkpoint: str | Path) -> int | None:
     return None
 
 
-def _earliest_seq(task_dir: str | Path) -> int | None:
-    from headwater.store import ChangeLog
-
-    log = ChangeLog.open(str(Path(task_dir) / "changes"), read_only=True)
+def _earliest_seq(log: LogRef | str | Path) -> int | None:
+    opened = open_snapshot_log(log)
     try:
-        first = log.earliest()
+        return opened.earliest_seq()
     finally:
-        log.close()
-    return None if first is None else first.seq
+        opened.close()
 
 
-def plan_snapshot(mode: str, *, checkpoint: str | Path, task_dir: str | Path) -> bool:
-    """Whether ``mode`` calls for a snapshot now (module docstring)."""
+def plan_snapshot(mode: str, *, checkpoint: str | Path, log: LogRef | str | Path) -> bool:
+    """Whether ``mode`` calls for a snapshot now (module docstring). ``log``: the reader
+    task's change log (:class:`~headwater.snapshot.changelog.LogRef`; a path is a task
+    directory), read only by ``when_needed`` with a stored position."""
     try:
         m = SnapshotMode(mode)
     except ValueError:
@@ -82,5 +82,5 @@ def plan_snapshot(mode: str, *, checkpoint: str | Path, task_dir: str | Path) ->
         return stored is None
     if stored is None:
         return True
-    earliest = _earliest_seq(task_dir)
+    earliest = _earliest_seq(log)
     return earliest is not None and stored < earliest

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from headwater.errors import ConfigError
+from headwater.snapshot.changelog import SnapshotLog
 from headwater.snapshot.chunking import SqlKeySpace, plan_boundaries
-from headwater.snapshot.chunks import TaskLog
 from headwater.snapshot.keys import KeyColumn, KeyOrder, choose_key, encode_key
 from headwater.snapshot.state import SnapshotState
 
@@ -70,7 +70,7 @@ def _key_columns(
 
 def plan_state(
     conn: Any,
-    tlog: TaskLog,
+    tlog: SnapshotLog,
     *,
     source: str,
     tables: Sequence[tuple[str, str]],
@@ -100,4 +100,7 @@ def plan_state(
         ]
         planned[name] = {"key": key_doc, "method": method, "chunks": chunks}
         log.info("snapshot plan: %s: %d chunks by %s on %s", name, len(chunks), method, key)
-    return SnapshotState(uuid.uuid4().hex[:12], source, str(tlog.dir), planned)
+    ref = tlog.ref
+    return SnapshotState(
+        uuid.uuid4().hex[:12], source, ref.task_dir, planned, server=ref.server, task=ref.task
+    )

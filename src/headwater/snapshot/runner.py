@@ -58,13 +58,8 @@ from headwater.changes.schema import change_row_values, change_schema
 from headwater.changes.sequence import record_of
 from headwater.connections import SourceConnection
 from headwater.position import Position
-from headwater.snapshot.chunks import (
-    ChunkConnections,
-    ChunkTask,
-    TaskLog,
-    connect_source,
-    run_chunk,
-)
+from headwater.snapshot.changelog import LogRef, SnapshotLog
+from headwater.snapshot.chunks import ChunkConnections, ChunkTask, connect_source, run_chunk
 from headwater.snapshot.keys import KeyOrder, decode_key
 from headwater.snapshot.planner import key_order, parse_tables, plan_state
 from headwater.snapshot.state import Progress, SnapshotState
@@ -169,8 +164,10 @@ def _collect_chunk(task: ChunkTask) -> list[tuple[str, Any]]:
 
 
 class SnapshotRunner:
-    """One snapshot of ``tables`` from the source behind reader task ``task_dir`` into
-    ``sinks`` (objects with ``write_batch(df, batch_id)``), state in ``state_path``.
+    """One snapshot of ``tables`` from the source behind the reader task ``log`` (a
+    :class:`~headwater.snapshot.changelog.LogRef`: its directory or its HTTP API; a path
+    is a directory) into ``sinks`` (objects with ``write_batch(df, batch_id)``), state in
+    ``state_path``.
 
     ``transforms`` are the pipeline's (:func:`headwater.spark.transforms.apply_transforms`
     runs on each wave). ``on_progress(dict)`` is called after each wave.
@@ -181,7 +178,7 @@ class SnapshotRunner:
         spark: SparkSession,
         *,
         source: str,
-        task_dir: str | Path,
+        log: LogRef | str | Path,
         connection: SourceConnection,
         tables: str | Sequence[str],
         state_path: str | Path,
@@ -192,7 +189,7 @@ class SnapshotRunner:
     ) -> None:
         self.spark = spark
         self.source = source
-        self.task_dir = str(task_dir)
+        self.log = log if isinstance(log, LogRef) else LogRef(task_dir=str(log))
         self.connection = connection
         self.tables = parse_tables(tables)
         self.state_path = str(state_path)
@@ -210,7 +207,7 @@ class SnapshotRunner:
     def run(self) -> SnapshotResult:
         """Plan (or resume), run every wave, return the result (module docstring)."""
         warm = self._warm_workers()
-        tlog = TaskLog(self.task_dir)
+        tlog = self.log.open()
         conn = connect_source(self.connection)
         try:
             state = SnapshotState.load(self.state_path)
@@ -273,7 +270,7 @@ class SnapshotRunner:
         """Chunks done of total, rows, rows/s, ETA, per table (:class:`Progress`)."""
         return {} if self.progress_tracker is None else self.progress_tracker.as_dict()
 
-    def _choose_paths(self, state: SnapshotState, tlog: TaskLog) -> None:
+    def _choose_paths(self, state: SnapshotState, tlog: SnapshotLog) -> None:
         """Which tables take the bulk path (:mod:`headwater.snapshot.bulk`): when every
         sink has a bulk target that accepts local files, each table whose column types
         all have a text form; none when ``options.bulk`` is off."""
@@ -314,7 +311,7 @@ class SnapshotRunner:
             for c in t["chunks"]:
                 if c["id"] in ids:
                     out.append(
-                        ChunkTask(c["id"], self.source, self.task_dir, self.connection, db, table,
+                        ChunkTask(c["id"], self.source, self.log, self.connection, db, table,
                                   orders[name], c["lo"], c["hi"], state.wave,
                                   self.options.timeout_s, bulk)
                     )  # fmt: skip
@@ -325,7 +322,7 @@ class SnapshotRunner:
         state: SnapshotState,
         ids: list[str],
         orders: dict[str, KeyOrder],
-        tlog: TaskLog,
+        tlog: SnapshotLog,
         conn: Any,
     ) -> None:
         from pyspark import StorageLevel
@@ -391,7 +388,7 @@ class SnapshotRunner:
         state: SnapshotState,
         metas: list[dict[str, Any]],
         orders: dict[str, KeyOrder],
-        tlog: TaskLog,
+        tlog: SnapshotLog,
         conn: Any,
     ) -> list[tuple[Any, ...]]:
         """The wave's catch-up change rows (module docstring, step 4)."""

@@ -2,7 +2,9 @@
 
 Layout (``version`` 1)::
 
-    {"version": 1, "snapshot_id": "...", "source": "shop", "task_dir": "/var/lib/hw/shop",
+    {"version": 1, "snapshot_id": "...", "source": "shop",
+     "task_dir": "/var/lib/hw/shop",  # or, for a server: source, the reader's API:
+     "server": "http://reader:8080", "task": "shop",  # (never its token)
      "tables": {"db.t": {"key": [{"name", "data_type", "charset", "collation"}, ...],
                          "method": "even" | "seek",
                          "chunks": [{"id": "db.t#0", "lo": null, "hi": [1000]}, ...]}},
@@ -58,13 +60,17 @@ class SnapshotState:
 
     snapshot_id: str
     source: str
-    task_dir: str
+    #: the reader task directory the snapshot reads (None: it reads ``server``)
+    task_dir: str | None
     tables: dict[str, dict[str, Any]]
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
     wave: int = 0
     emitted_seq: int = 0
     started_us: int = field(default_factory=lambda: time.time_ns() // 1000)
     finished_us: int | None = None
+    #: the reader's HTTP API and task the snapshot reads (a ``server:`` source)
+    server: str | None = None
+    task: str | None = None
 
     def chunk_ids(self) -> list[str]:
         return [c["id"] for t in self.tables.values() for c in t["chunks"]]
@@ -73,11 +79,16 @@ class SnapshotState:
         return [c for c in self.chunk_ids() if c not in self.done]
 
     def to_json(self) -> dict[str, Any]:
+        reads: dict[str, Any] = (
+            {"task_dir": self.task_dir}
+            if self.task_dir is not None
+            else {"server": self.server, "task": self.task}
+        )
         return {
             "version": VERSION,
             "snapshot_id": self.snapshot_id,
             "source": self.source,
-            "task_dir": self.task_dir,
+            **reads,
             "tables": self.tables,
             "done": self.done,
             "wave": self.wave,
@@ -103,13 +114,15 @@ class SnapshotState:
         return cls(
             doc["snapshot_id"],
             doc["source"],
-            doc["task_dir"],
+            doc.get("task_dir"),
             doc["tables"],
             doc.get("done", {}),
             int(doc.get("wave", 0)),
             int(doc.get("emitted_seq", 0)),
             int(doc.get("started_us", 0)),
             doc.get("finished_us"),
+            doc.get("server"),
+            doc.get("task"),
         )
 
 

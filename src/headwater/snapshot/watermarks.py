@@ -20,9 +20,12 @@ before ``high``.
 **Caught up to high** (:func:`caught_up`). The reader stores a transaction as records
 whose ``position`` is the binlog coordinate of the transaction's first event, and the
 task's ``state.json`` holds the start of the last transaction it *processed* (stored or
-filtered out). Let ``P`` be the larger of the log's last record position and that state
-position. The reader has stored everything before ``high`` when either ``P >= high``
-(transactions are processed in binlog order), or no transaction starts in ``(P, high)``
+filtered out), saved once the store acknowledged every record before it (the HTTP API
+serves it as the task status's ``saved_position``). Let ``P`` be the larger of the log's
+last record position and that state position (``SnapshotLog.processed`` of
+:mod:`headwater.snapshot.changelog`, from the directory or over HTTP). The reader has
+stored everything before ``high`` when either ``P >= high`` (transactions are processed in
+binlog order), or no transaction starts in ``(P, high)``
 in the source's binlog: ``SHOW BINLOG EVENTS`` from ``P`` finds no GTID event (a
 transaction's first event) before ``high``. :func:`wait_caught_up` polls this (bounded,
 raising :class:`SnapshotTimeout` naming both positions).
@@ -55,13 +58,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from headwater.changes.schema import image_json
 from headwater.changes.sequence import sequence_of
 from headwater.errors import HeadwaterError
-from headwater.position import Position, binlog_file_number
+from headwater.position import binlog_file_number
 
 __all__ = [
     "READ_MARK",
@@ -141,20 +143,6 @@ def snapshot_position(conn: Any) -> Coordinate | None:
     return Coordinate.of(str(file), int(pos))
 
 
-def _processed(task_dir: Path, log: Any) -> tuple[int, int] | None:
-    from headwater.store import ReaderState
-
-    best: tuple[int, int] | None = None
-    state = ReaderState.load(str(task_dir / "state.json"))
-    if state is not None and state.position is not None:
-        best = (state.position.file_num, state.position.offset)
-    latest = log.latest()
-    if latest is not None:
-        p = (latest.position.file_num, latest.position.offset)
-        best = p if best is None or p > best else best
-    return best
-
-
 def _transaction_starts_between(conn: Any, start: tuple[int, int], high: Coordinate) -> bool:
     """Whether a transaction (a GTID event) other than the one at ``start`` begins at or
     after ``start`` and before ``high``."""
@@ -177,9 +165,10 @@ def _transaction_starts_between(conn: Any, start: tuple[int, int], high: Coordin
     return False
 
 
-def caught_up(task_dir: Path, log: Any, conn: Any, high: Coordinate) -> bool:
-    """Whether the reader has stored every transaction before ``high`` (module docstring)."""
-    p = _processed(task_dir, log)
+def caught_up(log: Any, conn: Any, high: Coordinate) -> bool:
+    """Whether the reader has stored every transaction before ``high`` (module docstring);
+    ``log``: a :class:`~headwater.snapshot.changelog.SnapshotLog`."""
+    p = log.processed()
     if p is None:
         return False
     if p >= high.key():
@@ -187,28 +176,20 @@ def caught_up(task_dir: Path, log: Any, conn: Any, high: Coordinate) -> bool:
     return not _transaction_starts_between(conn, p, high)
 
 
-def wait_caught_up(
-    task_dir: Path, log: Any, conn: Any, high: Coordinate, timeout: float = 60.0
-) -> None:
+def wait_caught_up(log: Any, conn: Any, high: Coordinate, timeout: float = 60.0) -> None:
     """Poll :func:`caught_up` every 20 ms until true; :class:`SnapshotTimeout` after
     ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     delay = 0.005
-    while not caught_up(task_dir, log, conn, high):
+    while not caught_up(log, conn, high):
         if time.monotonic() > deadline:
             raise SnapshotTimeout(
-                f"the reader of {task_dir} did not store the source's binlog up to {high} "
-                f"within {timeout:.0f} s (it has processed up to "
-                f"{_processed(task_dir, log)}); is the reader running?"
+                f"the reader of {log.ref.where()} did not store the source's binlog up to"
+                f" {high} within {timeout:.0f} s (it has processed up to {log.processed()});"
+                " is the reader running?"
             )
         time.sleep(delay)
         delay = min(0.02, delay * 2)
-
-
-def first_seq_at(log: Any, change_id: int, coord: Coordinate) -> int:
-    """The seq of the first record at or after ``coord`` (the log's next seq if none)."""
-    with log.reader(Position(change_id, coord.file_num, coord.offset, 0)) as r:
-        return int(r.next_seq)
 
 
 def kid(key: dict[str, Any]) -> str:

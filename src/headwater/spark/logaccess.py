@@ -227,6 +227,24 @@ class HttpLog:
         pos = None if latest is None else _position(latest["position"])
         return int(answer["next"]["seq"]), pos
 
+    def earliest(self) -> int | None:
+        """The seq of the log's first retained record (None: the log is empty)."""
+        first = self._subscribe(LATEST).get("earliest")
+        return None if first is None else int(first["seq"])
+
+    def task_status(self) -> dict[str, Any]:
+        """The task's status as ``/v1/info`` serves it (``docs/configuration.md``,
+        "Reader status"; ``saved_position`` is what snapshots wait on)."""
+        tasks = self._call("GET", "/v1/info").get("tasks") or {}
+        found = tasks.get(self._options.task)
+        if found is None:
+            raise ConfigError(
+                f"{self._options.server}/v1/info: no task named {self._options.task!r}",
+                field="task",
+            )
+        status = found.get("status")
+        return dict(status) if isinstance(status, dict) else {}
+
     def records(self, first: int, end: int) -> Iterator[Record]:
         checkpoint = self._subscribe(AtSeq(first))["checkpoint"]
         seq = first
