@@ -126,6 +126,8 @@ class Leadership:
         self.epoch = 0
         #: monotonic time before which a new leader must not append (after a deposition)
         self.not_before = 0.0
+        #: monotonic send time of the last round trip that confirmed the leadership
+        self.confirmed = 0.0
         self.lost = threading.Event()
         self.lease = Lease()
         self._stop = threading.Event()
@@ -321,6 +323,7 @@ class Leadership:
             # The previous leader was deposed, not expired: its lease may still run.
             self.not_before = seen + float(deposed.get("lease_s") or 0.0)
         self.epoch = int(epoch)
+        self.confirmed = 0.0
         self.lease.revoke()  # granted by the round trip below
         self.renew()
         self._start_renewer()
@@ -389,7 +392,16 @@ class Leadership:
             self.lease.revoke()
             return False
         self.lease.grant(sent, session_timeout_s(self.client))
+        self.confirmed = max(self.confirmed, sent)
         return True
+
+    def may_recover(self) -> bool:
+        """Whether a leader whose lease ran out may still be confirmed again in its
+        epoch: its session can still be alive (less than a session timeout since the
+        last confirmed round trip was sent) and was not reported lost."""
+        if self.lost.is_set() or self.epoch == 0:
+            return False
+        return time.monotonic() < self.confirmed + session_timeout_s(self.client)
 
     def _start_renewer(self) -> None:
         self._stop.clear()

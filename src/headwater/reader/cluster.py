@@ -105,7 +105,7 @@ class ClusterMember:
         try:
             self.lead.join(self._store_end())
         except Exception as e:
-            log.warning("%s: cannot rejoin the cluster: %s", self.task.name, e)
+            log.warning("%s: cannot rejoin the cluster: %r", self.task.name, e)
             self._stop.wait(1.0)
 
     def _store_end(self) -> int:
@@ -261,13 +261,28 @@ class ClusterMember:
                 log.warning("%s: no longer leader (epoch %d)", task.name, epoch)
 
     def _fence(self) -> bool:
-        """Whether the task may append now. After a deposition the first appends wait
-        until the deposed leader's lease has run out (the task starts meanwhile)."""
-        wait = self.lead.not_before - time.monotonic()
+        """Whether the task may append now (it stops when not).
+
+        After a deposition the first appends wait until the deposed leader's lease has
+        run out (the task starts meanwhile). When the lease runs out (ZooKeeper silent
+        for 0.6 x the session timeout), appends pause while the session may still be
+        alive: a renewal in that time (the node still ours, the epoch unchanged) resumes
+        them in the same epoch; else the leader steps down."""
+        lead = self.lead
+        wait = lead.not_before - time.monotonic()
         if wait > 0:
             log.info("%s: waiting %.2f s for the deposed leader's lease", self.task.name, wait)
             self._stop.wait(wait)
-        return self.lead.lease_valid()
+        if lead.lease_valid():
+            return True
+        if not lead.may_recover():
+            return False
+        log.warning("%s: lease ran out (no word from ZooKeeper): appends paused", self.task.name)
+        while lead.may_recover() and not self._stop.wait(0.05):
+            if lead.lease_valid():
+                log.warning("%s: leadership confirmed again: appends resume", self.task.name)
+                return True
+        return False
 
     def _save_state(self, state: ReaderState) -> None:
         try:
