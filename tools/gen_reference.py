@@ -427,7 +427,15 @@ PIPELINE: tuple[Section, ...] = (
     Section(
         "sinks[] type: parquet_log",
         "headwater.sinks.files.configuration.ParquetLogConfig",
-        (Row("path", "path"),),
+        (
+            Row("path", "path"),
+            Row(
+                "ddl",
+                "ddl",
+                doc="`fail` stops at the first schema change; the other modes write DDL rows"
+                " as rows (formats.md, Parquet change log).",
+            ),
+        ),
     ),
     Section(
         "sinks[] type: parquet_mirror",
@@ -437,6 +445,12 @@ PIPELINE: tuple[Section, ...] = (
             Row("buckets", "buckets"),
             Row("partition_column", "partition_column"),
             Row("shards", "shards"),
+            Row(
+                "ddl",
+                "ddl",
+                doc="Schema changes of the source: `evolve`, `lenient`, `ignore`, `fail` (older"
+                " `apply`, `skip`); formats.md, Parquet mirror.",
+            ),
             Row(
                 "schema_file",
                 None,

@@ -188,7 +188,11 @@ def test_sinks_are_listed_with_capabilities_as_data() -> None:
     caps = {name: sink_factory(name).capabilities for name in SINKS}
     assert {name: cap.name for name, cap in caps.items()} == {name: name for name in SINKS}
     assert [n for n, cap in caps.items() if cap.transactional] == ["mysql", "postgres"]
-    assert [n for n, cap in caps.items() if cap.applies_ddl] == ["mysql", "postgres"]
+    assert [n for n, cap in caps.items() if cap.applies_ddl] == [
+        "mysql",
+        "postgres",
+        "parquet_mirror",
+    ]
     assert [n for n, cap in caps.items() if cap.bulk_load] == ["mysql"]
     with pytest.raises(ConfigError, match="unknown sink 'pulsar'"):
         sink_factory("pulsar")

@@ -15,6 +15,12 @@ under its deterministic name, and files of the same batch id that the new write 
 produce are deleted. A replayed batch id therefore replaces its files and never adds
 duplicates; a crash in the middle of publishing leaves at most the old and new files of
 that one batch, which the replay settles.
+
+Schema changes (``ddl``): the file schema is the change-row schema whatever the source's
+DDL (images are JSON text), so a schema change needs nothing of the files: every mode but
+``fail`` writes DDL rows as rows (``evolve``, ``lenient`` and ``ignore`` are the same here).
+``fail`` writes the batch's rows before the first DDL row about data (accounts, privileges
+and the like do not count) and stops with an error naming the statement and the setting.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from headwater.sinks.base import SinkCapabilities, as_change
+from headwater.changes import ChangeRow
+from headwater.sinks.base import DdlMode, SinkCapabilities, as_change
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -57,6 +64,12 @@ class ParquetChangeLog:
         """Write a micro-batch of change rows with Spark, then publish it."""
         from pyspark.sql import functions as F
 
+        stop = None
+        if DdlMode(self.config.ddl) is DdlMode.FAIL:
+            ddl = df.filter(F.col("op") == "ddl").collect()
+            stop = self._first_schema_change(map(as_change, ddl))
+            if stop is not None:
+                df = df.filter(F.col("sequence") < stop.sequence)
         staging = self._staging(batch_id)
         table = F.when(F.col("table") == "", F.lit("_ddl")).otherwise(F.col("table"))
         out = df.withColumn("table_id", F.concat_ws(".", F.col("database"), table)).withColumn(
@@ -65,6 +78,31 @@ class ParquetChangeLog:
         # one task per (table, day): one file per partition directory and batch
         out.repartition("table_id", "date").write.partitionBy("table_id", "date").parquet(staging)
         self._publish(staging, batch_id)
+        if stop is not None:
+            raise self._stopped(stop, batch_id)
+
+    def _first_schema_change(self, changes: Iterable[ChangeRow]) -> ChangeRow | None:
+        """The first DDL change row about data (``ddl: fail`` stops there), or None."""
+        from headwater.schema.ddlscope import ddl_scope
+
+        for change in sorted(changes, key=lambda c: c.sequence):
+            if change.op == "ddl" and ddl_scope(change.sql or "", change.database).about_data:
+                return change
+        return None
+
+    def _stopped(self, change: ChangeRow, batch_id: int) -> Exception:
+        from headwater.errors import SinkError
+        from headwater.schema.ddlscope import ddl_scope
+
+        kind = ddl_scope(change.sql or "", change.database).kind
+        return SinkError(
+            f"schema change ({kind}) stopped the sink (ddl: fail); set ddl to lenient,"
+            " evolve or ignore to keep writing DDL rows to the change log",
+            table=change.table_name if change.table else change.database,
+            statement=change.sql,
+            batch_id=batch_id,
+            resume_sequence=change.sequence,
+        )
 
     def write_changes(self, rows: Iterable[Any], batch_id: int) -> int:
         """The same without Spark (pyarrow): change-row dicts, ChangeRows or Rows."""
@@ -77,8 +115,13 @@ class ParquetChangeLog:
 
         groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
         count = 0
-        for raw in rows:
-            c = as_change(raw)
+        items = [(raw, as_change(raw)) for raw in rows]
+        stop = None
+        if DdlMode(self.config.ddl) is DdlMode.FAIL:
+            stop = self._first_schema_change(c for _, c in items)
+        for raw, c in items:
+            if stop is not None and c.sequence >= stop.sequence:
+                continue
             ts = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=c.ts_us)
             values = raw if isinstance(raw, dict) else {}
             record = {name: values.get(name) for name, _ in CHANGE_COLUMNS}
@@ -109,6 +152,8 @@ class ParquetChangeLog:
             table = pa.Table.from_pylist(records, schema=change_arrow_schema())
             pq.write_table(table, os.path.join(folder, "part-0.parquet"))
         self._publish(staging, batch_id)
+        if stop is not None:
+            raise self._stopped(stop, batch_id)
         return count
 
     def _publish(self, staging: str, batch_id: int) -> None:

@@ -14,22 +14,23 @@ __all__ = [
     "ParquetMirror",
 ]
 
-#: The change log keeps DDL rows as rows; replays replace a batch's files (idempotent).
+#: The change log keeps DDL rows as rows (``fail`` stops at them); replays replace a
+#: batch's files (idempotent).
 LOG_CAPABILITIES = SinkCapabilities(
     name="parquet_log",
     transactional=False,
     applies_ddl=False,
-    ddl_modes=frozenset({DdlMode.SKIP}),
+    ddl_modes=frozenset(DdlMode),
     zero_dates=frozenset({"keep"}),
     ordering="none",
     shared_dir="path",
 )
-#: The mirror skips DDL (the next rewrite of a partition takes the new definition).
+#: The mirror applies schema changes to its files (headwater.sinks.files.evolve).
 MIRROR_CAPABILITIES = SinkCapabilities(
     name="parquet_mirror",
     transactional=False,
-    applies_ddl=False,
-    ddl_modes=frozenset({DdlMode.SKIP}),
+    applies_ddl=True,
+    ddl_modes=frozenset(DdlMode),
     zero_dates=frozenset({"null"}),
     shared_dir="path",
 )

@@ -29,6 +29,7 @@ everything else ``string``. Zero dates become null.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import urllib.parse
 import uuid
@@ -40,7 +41,7 @@ from crc32c import crc32c
 
 from headwater.changes import ChangeRow
 from headwater.schema.model import BINARY_TYPES, Column, TableDef, parse_column_type
-from headwater.sinks.base import SinkCapabilities, as_change
+from headwater.sinks.base import DdlMode, SinkCapabilities, as_change
 from headwater.sinks.merge import DELETE, PUT, KeyEvent, collapse, explode, shard_of
 from headwater.sinks.values import ValueRules, converter
 
@@ -48,9 +49,12 @@ if TYPE_CHECKING:
     import pyarrow
     from pyspark.sql import DataFrame
 
+    from headwater.schema.ddlscope import DdlScope
     from headwater.sinks.files.configuration import MirrorConfig
 
 __all__ = ["ParquetMirror", "arrow_type"]
+
+log = logging.getLogger(__name__)
 
 PartKey = tuple[str, str, str]  # database, table, partition value
 _META = b"headwater.max_sequence"
@@ -123,7 +127,31 @@ class ParquetMirror:
     # -- entry points -----------------------------------------------------------------------
 
     def write_batch(self, df: DataFrame, batch_id: int) -> None:
-        """Rewrite the partitions the batch touches, one Spark task per group of them."""
+        """Rewrite the partitions the batch touches, one Spark task per group of them;
+        schema changes on the driver, in order between the row changes around them."""
+        from pyspark.sql import functions as F
+
+        if DdlMode(self.config.ddl) is DdlMode.IGNORE:
+            self._write_rows(df)
+            return
+        ddl = [as_change(r) for r in df.filter(F.col("op") == "ddl").collect()]
+        changes = self._schema_changes(ddl, batch_id)
+        if not changes:
+            self._write_rows(df)
+            return
+        df = df.persist()
+        try:
+            low = -1
+            for change, scope in changes:
+                seq = F.col("sequence")
+                self._write_rows(df.filter((seq > low) & (seq < change.sequence)))
+                self._schema_change(change, scope, batch_id)
+                low = change.sequence
+            self._write_rows(df.filter(F.col("sequence") > low))
+        finally:
+            df.unpersist()
+
+    def _write_rows(self, df: DataFrame) -> None:
         results = (
             df.rdd.mapPartitions(self.route)
             .partitionBy(self.config.shards, _stable_part)
@@ -134,7 +162,50 @@ class ParquetMirror:
 
     def apply_changes(self, rows: Iterable[Any], batch_id: int = 0) -> int:
         """The same without Spark; returns how many partitions were rewritten."""
-        return sum(_apply_partitions(self, self.route(rows)))
+        changes = [as_change(r) for r in rows]
+        done = 0
+        pending: list[ChangeRow] = []
+        mode = DdlMode(self.config.ddl)
+        for change in sorted(changes, key=lambda c: c.sequence):
+            if change.op != "ddl" or mode is DdlMode.IGNORE:
+                pending.append(change)
+                continue
+            for _, scope in self._schema_changes([change], batch_id):
+                done += sum(_apply_partitions(self, self.route(pending)))
+                pending = []
+                self._schema_change(change, scope, batch_id)
+        return done + sum(_apply_partitions(self, self.route(pending)))
+
+    def _schema_changes(
+        self, ddl: Iterable[ChangeRow], batch_id: int
+    ) -> list[tuple[ChangeRow, DdlScope]]:
+        """The DDL change rows about data, in sequence order, with their scope."""
+        from headwater.sinks.schemachange import scope_of
+
+        found = []
+        for change in sorted(ddl, key=lambda c: c.sequence):
+            scope = scope_of(change.sql or "", change.database, self.config.schema)
+            if scope.about_data:
+                found.append((change, scope))
+            else:
+                log.info("not applied (%s, not about data) at sequence %d", scope.kind,
+                         change.sequence)  # fmt: skip
+        return found
+
+    def _schema_change(self, change: ChangeRow, scope: DdlScope, batch_id: int) -> None:
+        from headwater.errors import SinkError
+        from headwater.sinks.files.evolve import apply_schema_change
+
+        if DdlMode(self.config.ddl) is DdlMode.FAIL:
+            raise SinkError(
+                f"schema change ({scope.kind}) stopped the sink (ddl: fail); set ddl to"
+                " lenient or evolve to apply schema changes, or ignore to skip them",
+                table=change.table_name if change.table else change.database,
+                statement=change.sql,
+                batch_id=batch_id,
+                resume_sequence=change.sequence,
+            )
+        apply_schema_change(self, change, scope)
 
     def rewrite(self, part: PartKey, changes: list[ChangeRow]) -> bool:
         """Apply ``changes`` to one partition file; False when all were applied already."""
@@ -173,7 +244,8 @@ class ParquetMirror:
                         ev.position,
                     )
                 events.append(ev)
-        convert = {c.name: _arrow_converter(c) for c in tdef.columns}
+        fields = self._fields(tdef, current.schema if os.path.exists(path) else None)
+        convert = {c.name: _arrow_converter(c, fields[c.name]) for c in tdef.columns}
         for effect in collapse(events):
             typed_key = tuple(convert[c](effect.key[c]) for c in tdef.primary_key)
             if effect.action == DELETE:
@@ -181,18 +253,27 @@ class ParquetMirror:
                 continue
             image = {c: convert[c](v) for c, v in (effect.image or {}).items() if c in convert}
             rows[typed_key] = {**rows.get(typed_key, {}), **image}
-        schema = pa.schema([(c.name, arrow_type(c)) for c in tdef.columns]).with_metadata(
+        schema = pa.schema(list(fields.items())).with_metadata(
             {_META: str(todo[-1].sequence).encode()}
         )
         ordered = [rows[k] for k in sorted(rows)]
-        out = pa.Table.from_pylist(
-            [{c.name: r.get(c.name) for c in tdef.columns} for r in ordered], schema=schema
-        )
+        out = pa.Table.from_pylist([{n: r.get(n) for n in fields} for r in ordered], schema=schema)
         os.makedirs(folder, exist_ok=True)
         tmp = os.path.join(folder, f".tmp-{uuid.uuid4().hex}.parquet")
         pq.write_table(out, tmp)
         os.replace(tmp, path)
         return True
+
+    def _fields(self, tdef: TableDef, have: pyarrow.Schema | None) -> dict[str, Any]:
+        """The file's columns: ``tdef``'s with their Arrow types; under ``lenient`` a
+        column the file has keeps its type (a narrowing is not applied) and columns
+        ``tdef`` lacks (dropped by the source) stay."""
+        fields = {c.name: arrow_type(c) for c in tdef.columns}
+        if have is None or DdlMode(self.config.ddl) is not DdlMode.LENIENT:
+            return fields
+        for f in have:
+            fields[f.name] = f.type
+        return fields
 
     def _table_def(self, change: ChangeRow) -> TableDef:
         from headwater.errors import SinkError
@@ -207,17 +288,46 @@ class ParquetMirror:
         return tdef
 
 
-def _arrow_converter(col: Column) -> Any:
-    import decimal
+def _arrow_converter(col: Column, stored: pyarrow.DataType | None = None) -> Any:
+    """Image value -> the Python value of ``col``'s Arrow type, cast to ``stored`` when
+    the file keeps another type for it (``lenient``)."""
+    import pyarrow as pa
 
     base = converter(col, _RULES)
     if col.data_type == "time":
-        return lambda v: v  # kept as its text
-    if col.data_type == "bigint" and col.unsigned:
-        return lambda v: None if v is None else decimal.Decimal(v)
-    if col.data_type == "decimal" and arrow_type(col).equals(_string()):
-        return lambda v: v
-    return base
+        base = _same
+    elif col.data_type == "bigint" and col.unsigned:
+        base = _decimal
+    elif col.data_type == "decimal" and arrow_type(col).equals(_string()):
+        base = _same
+    own = arrow_type(col)
+    if stored is None or stored.equals(own):
+        return base
+
+    def cast(value: Any) -> Any:
+        from headwater.errors import SinkError
+
+        v = base(value)
+        try:
+            return None if v is None else pa.scalar(v, own).cast(stored).as_py()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise SinkError(
+                f"column {col.name!r}: a {col.column_type} value does not fit the files'"
+                f" {stored} (ddl: lenient applies only type changes that widen); set ddl to"
+                " evolve to retype the column"
+            ) from None
+
+    return cast
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _decimal(value: Any) -> Any:
+    import decimal
+
+    return None if value is None else decimal.Decimal(value)
 
 
 @functools.cache
