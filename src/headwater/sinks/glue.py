@@ -24,7 +24,8 @@
    applied before it, data after it after it.
 
 Arrow carries rows between the JVM and Python in columns: no pickled ``Row`` objects, no
-Python-side shuffle. A :class:`~headwater.errors.SinkError` on an executor is returned to
+Python-side shuffle. A :class:`~headwater.errors.SinkError` (or another error that a
+retry cannot fix, :mod:`headwater.sinks.failfast`) on an executor is returned to
 the driver as data (Spark would wrap it into a Java exception) and raised there once every
 partition has finished; the shards that succeeded stay applied (their checkpoints say
 so), so a replay of the batch only redoes the failed ones.
@@ -45,6 +46,7 @@ from headwater.changes import ChangeRow
 from headwater.errors import SinkError
 from headwater.gcpause import gc_paused
 from headwater.sinks.base import as_change
+from headwater.sinks.failfast import is_terminal
 from headwater.sinks.merge import ROLE_KEY, ROLE_NEW, ROLE_OLD, ChangeColumns
 
 if TYPE_CHECKING:
@@ -124,7 +126,7 @@ def write_sql_batch(sink: SqlSink, df: DataFrame, batch_id: int) -> None:
             )
         out = applied.collect()
         results = [pickle.loads(r["result"]) for r in out]
-        errors = [r for r in results if isinstance(r, SinkError)]
+        errors = [r for r in results if isinstance(r, Exception)]
         for result in results:
             log.debug("batch %d: %s", batch_id, result)
         if errors:
@@ -283,7 +285,9 @@ def _apply_batches(
         shard = part_shard[part]
         try:
             result: Any = sink.apply_columns(cols, rows, batch_id, shard)
-        except SinkError as exc:
+        except Exception as exc:  # returned, not raised: no task retry (sinks.failfast)
+            if not (isinstance(exc, SinkError) or is_terminal(exc)):
+                raise
             result = exc
         shards.append(shard)
         payloads.append(pickle.dumps(result))

@@ -20,7 +20,9 @@ batch is instead shuffled once (``repartition``) and decoding keeps its parallel
 
 The partition index is stable for a given batch (the same rows hash the same way when a
 batch is replayed), which is what per-task Kafka transactional ids rely on. ``write``
-returns how many messages it sent; the driver gets the total.
+returns how many messages it sent; the driver gets the total. An error of ``write`` that
+a retry cannot fix comes back as data and the driver raises it: the task is not retried
+(:mod:`headwater.sinks.failfast`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,12 @@ def write_partitions(df: DataFrame, ordering: str, tasks: int, write: Writer) ->
     docstring); the number of messages sent."""
     import warnings
 
+    import pyarrow as pa
     from pyspark.sql import functions as F
+
+    from headwater.sinks.failfast import decode, encode, is_terminal
+
+    result = pa.schema([("sent", pa.int64()), ("error", pa.binary())])
 
     if ordering == "global" or tasks == 1:
         ordered = df.coalesce(1).sortWithinPartitions("sequence")
@@ -54,15 +61,23 @@ def write_partitions(df: DataFrame, ordering: str, tasks: int, write: Writer) ->
         ).sortWithinPartitions("sequence")
 
     def run(batches: Iterator[pyarrow.RecordBatch]) -> Iterator[pyarrow.RecordBatch]:
-        import pyarrow as pa
         from pyspark import TaskContext
 
         context = TaskContext.get()
         index = context.partitionId() if context is not None else 0
-        sent = write(index, batches)
-        yield pa.RecordBatch.from_pydict({"sent": [sent]}, schema=pa.schema([("sent", pa.int64())]))
+        sent, error = 0, None
+        try:
+            sent = write(index, batches)
+        except Exception as exc:  # a terminal error is returned, not retried (failfast)
+            if not is_terminal(exc):
+                raise
+            error = encode(exc)
+        yield pa.RecordBatch.from_pydict({"sent": [sent], "error": [error]}, schema=result)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # pandas 3 notice; see transforms
-        rows = ordered.mapInArrow(run, "sent bigint").collect()
+        rows = ordered.mapInArrow(run, "sent bigint, error binary").collect()
+    for r in rows:
+        if r["error"] is not None:
+            raise decode(r["error"])
     return sum(int(r["sent"]) for r in rows)
