@@ -37,6 +37,25 @@ static inline uint32_t rd24(const uint8_t *p) { return (uint32_t)p[0] | (uint32_
 static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static inline uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static inline void wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+/* Whether an ANNOTATE_ROWS statement mentions a credential word (PASSWORD, IDENTIFIED,
+ * CONNECTION; any case): such a transaction goes to Python, which redacts the statement
+ * (headwater.schema.ddlscope.CREDENTIAL_WORDS is the same set, with word boundaries for
+ * CONNECTION: this test may only say yes more often, never less). */
+static int ci_word(const uint8_t *s, const char *w, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if ((s[k] | 0x20) != (uint8_t)w[k]) return 0;
+    return 1;
+}
+static int has_credential_word(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i] | 0x20;
+        if (c == 'p' && n - i >= 8 && ci_word(s + i, "password", 8)) return 1;
+        if (c == 'i' && n - i >= 10 && ci_word(s + i, "identified", 10)) return 1;
+        if (c == 'c' && n - i >= 10 && ci_word(s + i, "connection", 10)) return 1;
+    }
+    return 0;
+}
 static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static inline void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 
@@ -818,6 +837,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args, PyObject *kwds) {
             /* the Python grouper starts a chunk here: leave the transaction to it */
             if (self->scratch_len >= (size_t)chunk_bytes) { status = ST_SLOW; break; }
         } else if (tc == T_ANNOTATE) {
+            if (has_credential_word(body, blen)) { status = ST_SLOW; break; }
             if (scratch_add(self, (size_t)(ev - buf) - txn_start, n) < 0) goto fail;
         } else if (tc == T_XID) {
             if (!self->content) { status = ST_SLOW; break; }

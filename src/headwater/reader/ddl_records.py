@@ -33,9 +33,9 @@ from dataclasses import dataclass, replace
 
 from headwater.binlog.constants import EVENT_HEADER_SIZE, EventType
 from headwater.binlog.events import QueryEvent
-from headwater.schema.ddlscope import DdlScope, ddl_scope, redact_statement
+from headwater.schema.ddlscope import DdlScope, ddl_scope, redact_annotation, redact_statement
 
-__all__ = ["PreparedDdl", "prepare_ddl", "rewrite_query_event"]
+__all__ = ["PreparedDdl", "prepare_ddl", "redact_annotate_event", "rewrite_query_event"]
 
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -83,6 +83,32 @@ def rewrite_query_event(
     stored = _compress(query) if compressed else query
     out = bytearray(view[:start])
     out += stored
+    (size,) = _U32.unpack_from(view, _EVENT_SIZE_AT)
+    _U32.pack_into(out, _EVENT_SIZE_AT, size + len(out) - len(view))
+    return bytes(out)
+
+
+def redact_annotate_event(
+    data: bytes | memoryview, *, rows_query: bool = False
+) -> bytes | memoryview:
+    """The ANNOTATE_ROWS event ``data`` (header + body, no checksum) with the credentials
+    in its statement redacted, or ``data`` itself when there are none. The body is the
+    statement and nothing else (MariaDB ``Annotate_rows_log_event`` in sql/log_event.cc:
+    no post-header, the text runs to the event's end), so only ``event_size`` moves.
+
+    ``rows_query``: MySQL's ROWS_QUERY event instead (``binlog_rows_query_log_events``;
+    ``Rows_query_event`` in libs/mysql/binlog/event/rows_event.cpp): one length byte,
+    which readers skip (it is capped at 255), then the text to the end; the byte is
+    written as ``min(len, 255)`` of the new text, as the server does."""
+    view = memoryview(data)
+    start = EVENT_HEADER_SIZE + (1 if rows_query else 0)
+    new = redact_annotation(bytes(view[start:]))
+    if new is None:
+        return data
+    out = bytearray(view[:start])
+    if rows_query:
+        out[EVENT_HEADER_SIZE] = min(len(new), 255)
+    out += new
     (size,) = _U32.unpack_from(view, _EVENT_SIZE_AT)
     _U32.pack_into(out, _EVENT_SIZE_AT, size + len(out) - len(view))
     return bytes(out)

@@ -66,10 +66,11 @@ from headwater.changes import is_ddl
 from headwater.errors import BinlogFormatError
 from headwater.position import MariadbGtid, MysqlGtid, Position, binlog_file_number
 from headwater.reader.committed import Committed
-from headwater.reader.ddl_records import prepare_ddl
+from headwater.reader.ddl_records import prepare_ddl, redact_annotate_event
 from headwater.reader.filters import ROWS_KIND, TableFilter
 from headwater.reader.native import NativeIngest, native_ingest
 from headwater.reader.tablemaps import RowCounter, table_names
+from headwater.schema.ddlscope import CREDENTIAL_WORDS
 from headwater.store import FIRST_CHUNK, LAST_CHUNK, Record
 
 # Committed (headwater.reader.committed) stays importable from here, where it used to live.
@@ -103,6 +104,8 @@ _CONTROL = frozenset(
 )
 _FL_STANDALONE = 1
 _ANNOTATE = _E.ANNOTATE_ROWS
+_ROWS_QUERY = _E.ROWS_QUERY
+_CREDENTIAL = CREDENTIAL_WORDS
 _XA_PREPARE = _E.XA_PREPARE
 _ENDS = frozenset((_XID, _XA_PREPARE))
 _MARIADB_GTID_HEAD = struct.Struct("<QIB")  # seq_no, domain_id, flags (after the header)
@@ -260,12 +263,19 @@ class Grouper:
                 self._add(data)
                 return self._commit(raw, next_file, next_offset)
             if tc == _ANNOTATE:
-                self._add(data)  # the statement's text, kept as it came
+                # the statement's text, kept as it came unless it carries a credential
+                if _CREDENTIAL.search(data, 19) is not None:
+                    self._add(redact_annotate_event(data))
+                else:
+                    self._add(data)
                 return None
             if tc == _QUERY or tc == _E.QUERY_COMPRESSED:
                 return self._query(raw, next_file, next_offset)
             if tc in _CONTROL:
                 return None  # e.g. a heartbeat or rotate inside a group: not part of it
+            if tc == _ROWS_QUERY and _CREDENTIAL.search(data, 20) is not None:
+                self._add(redact_annotate_event(data, rows_query=True))  # MySQL's annotation
+                return None
             self._add(data)  # INTVAR, USER_VAR, ... kept as they came
             return None
         if tc in _CONTROL:

@@ -372,7 +372,10 @@ _SECRET_BEFORE = re.compile(
 )
 _SECRET = re.compile(rb"(" + _SECRET_BEFORE.pattern + rb")(" + _LITERAL + rb")", re.I)
 #: Any statement that mentions these may carry a secret we could not place.
-_CREDENTIAL_WORDS = re.compile(rb"IDENTIFIED|PASSWORD|\bCONNECTION\b", re.I)
+#: (The compiled reader, headwater/_native/ingest.c ``has_credential_word``, hands any
+#: ANNOTATE_ROWS text with one of these words, in any case, to Python: keep them in step.)
+CREDENTIAL_WORDS = re.compile(rb"IDENTIFIED|PASSWORD|\bCONNECTION\b", re.I)
+_CREDENTIAL_WORDS = CREDENTIAL_WORDS
 #: FEDERATED/CONNECT tables: CONNECTION='mysql://user:password@host:port/db/table'.
 _CONNECTION = re.compile(r"\bCONNECTION\s*=?\s*['\"][^'\"]*://[^'\"/@:]*:[^'\"@]*@", re.I)
 _CONNECTION_B = re.compile(rb"(\bCONNECTION\s*=?\s*['\"][^'\"]*://[^'\"/@:]*:)([^'\"@]*)(@)", re.I)
@@ -395,6 +398,22 @@ def redact_statement(query: bytes, scope: DdlScope) -> bytes | None:
     if scope.about_data:  # only a CONNECTION= URL can carry one (see _with_connection)
         return _CONNECTION_B.sub(rb"\1<redacted>\3", query)
     out = _SECRET.sub(lambda m: m.group(1) + REDACTED, query)
+    if _LEFTOVER.search(out.replace(REDACTED, b"?")) is not None:
+        lead = _LEAD.match(query)
+        return (lead.group(1) if lead else b"") + _MARKER
+    return out if out != query else None
+
+
+def redact_annotation(query: bytes) -> bytes | None:
+    """The statement of an ANNOTATE_ROWS event (the text of a DML statement that MariaDB
+    logs before its row events, ``binlog_annotate_row_events``) with its credentials
+    replaced; None: nothing to hide. ``PASSWORD('...')`` and friends as in DDL; when a
+    credential keyword is still followed by a literal (``SET password = '...'`` on a
+    column of that name), only the leading words and a marker are kept: the statement
+    is informational, its rows are in the row events."""
+    if _CREDENTIAL_WORDS.search(query) is None:
+        return None
+    out = _CONNECTION_B.sub(rb"\1<redacted>\3", _SECRET.sub(lambda m: m.group(1) + REDACTED, query))
     if _LEFTOVER.search(out.replace(REDACTED, b"?")) is not None:
         lead = _LEAD.match(query)
         return (lead.group(1) if lead else b"") + _MARKER

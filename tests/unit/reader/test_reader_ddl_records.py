@@ -140,3 +140,29 @@ def test_a_compressed_query_event_is_compressed_again() -> None:
     assert isinstance(again, QueryEvent)
     assert again.query_bytes == b"SET PASSWORD FOR 'a'@'%' = PASSWORD('<redacted>')"
     assert SECRET.encode() not in bytes(prepared.data)
+
+
+def test_row_annotations_with_a_credential_are_redacted_and_still_decode() -> None:
+    """MariaDB's ANNOTATE_ROWS and MySQL's ROWS_QUERY carry the DML statement's text:
+    a credential in it is redacted like a DDL's, and the event still parses."""
+    from headwater.binlog.events import AnnotateRowsEvent, RowsQueryEvent
+    from headwater.reader.ddl_records import redact_annotate_event
+
+    sql = f"UPDATE app.users SET pw = PASSWORD('{SECRET}') WHERE id = 7".encode()
+    annotate = _raw(E.ANNOTATE_ROWS, sql, size_extra=4)
+    out = redact_annotate_event(annotate.data)
+    assert SECRET.encode() not in bytes(out)
+    assert EVENT_HEADER.unpack_from(out)[3] == len(out) + 4  # the stripped CRC still counted
+    ev = parse_event(_raw(E.ANNOTATE_ROWS, bytes(out)[19:]), DecodeContext())
+    assert isinstance(ev, AnnotateRowsEvent)
+    assert ev.query == "UPDATE app.users SET pw = PASSWORD('<redacted>') WHERE id = 7"
+
+    rows_query = _raw(E.ROWS_QUERY, bytes((len(sql),)) + sql)
+    out = redact_annotate_event(rows_query.data, rows_query=True)
+    assert SECRET.encode() not in bytes(out) and EVENT_HEADER.unpack_from(out)[3] == len(out)
+    assert bytes(out)[19] == len(out) - 20  # the length byte of the new text
+    ev = parse_event(_raw(E.ROWS_QUERY, bytes(out)[19:]), DecodeContext())
+    assert isinstance(ev, RowsQueryEvent) and "<redacted>" in ev.query
+
+    plain = _raw(E.ANNOTATE_ROWS, b"INSERT INTO app.users VALUES (1)")
+    assert redact_annotate_event(plain.data) is plain.data  # nothing to hide: as it came
