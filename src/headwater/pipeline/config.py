@@ -300,7 +300,11 @@ def _source(ctx: _Ctx, node: yaml.Node, path: str) -> ChangeStreamConfig:
     else:
         if "task" not in f:
             raise ctx.error(node, f"{path}.task", "missing: server needs the task's name")
-        options["server"] = _str(ctx, f["server"], f"{path}.server")
+        if isinstance(f["server"], yaml.SequenceNode):  # the readers of a reader cluster
+            servers = _str_list(ctx, f["server"], f"{path}.server")
+            options["server"] = ",".join(url for url, _node in servers)
+        else:
+            options["server"] = _str(ctx, f["server"], f"{path}.server")
         lines["server"] = f["server"]
     if "task" in f:
         options["task"] = _str(ctx, f["task"], f"{path}.task")

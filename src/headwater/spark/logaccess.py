@@ -12,7 +12,11 @@ decoding needs (the source's FORMAT_DESCRIPTION and the schema history).
   (store records with their binlog payload; the server filters whole records by the
   ``tables`` option and always sends DDL), and reads the source's FORMAT_DESCRIPTION and
   schema history from ``/v1/decoding``, so records decode exactly as from the task
-  directory (MINIMAL metadata included).
+  directory (MINIMAL metadata included). It reads from one reader of a list (or of the
+  readers ZooKeeper lists for the task) and moves to the next when one refuses, breaks
+  or stays silent: seqs, positions and checkpoints mean the same on every member of a
+  reader cluster, so a batch in flight when its reader dies goes on at another member
+  (which may first have to catch up to the batch's end: the fetch waits for it).
 
 Neither holds a whole transaction: records are chunks, read one at a time.
 """
@@ -20,7 +24,9 @@ Neither holds a whole transaction: records are chunks, read one at a time.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
+import logging
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -33,13 +39,15 @@ from headwater.binlog.framing import FormatDescription
 from headwater.changes import SchemaLookup
 from headwater.errors import ConfigError, HeadwaterError, PositionNotRetainedError, StoreError
 from headwater.position import Position
-from headwater.spark.offsets import SourceOptions, start_request
+from headwater.spark.offsets import SourceOptions, parse_server, start_request
 from headwater.store import LATEST, AtSeq, ChangeLog, Record, Start
 
 if TYPE_CHECKING:
     from headwater.schema.history import SchemaHistory
 
-__all__ = ["HttpLog", "LocalLog", "LogAccess", "open_log"]
+__all__ = ["HttpLog", "LocalLog", "LogAccess", "discover", "open_log"]
+
+log = logging.getLogger(__name__)
 
 #: Bytes of records one ``/v1/fetch`` may return (the first record is always sent whole).
 FETCH_BYTES = 8 << 20
@@ -47,6 +55,33 @@ FETCH_BYTES = 8 << 20
 FETCH_RECORDS = 10_000
 # How long a request waits for a task that is starting (503 with Retry-After).
 STARTING_WAIT_S = 30.0
+#: How long a request goes round the task's readers while none answers (a failover
+#: takes seconds), and how long a fetch waits for a member to reach a batch's end.
+FAILOVER_WAIT_S = 30.0
+#: How long the readers ZooKeeper lists for a task are reused in a process.
+DISCOVERY_TTL_S = 10.0
+_discovered: dict[tuple[str, str], tuple[float, list[str]]] = {}
+
+
+def discover(hosts: str, task: str, *, fresh: bool = False) -> list[str]:
+    """The URLs of the readers of ``task`` registered in ZooKeeper at ``hosts``
+    (cached for ``DISCOVERY_TTL_S`` unless ``fresh``)."""
+    from headwater.coordination.zk import connect, discover_readers
+
+    key = (hosts, task)
+    hit = _discovered.get(key)
+    if hit is not None and not fresh and time.monotonic() - hit[0] < DISCOVERY_TTL_S:
+        return hit[1]
+    client = connect(hosts, timeout=10.0)
+    try:
+        urls = discover_readers(client, task)
+    finally:
+        client.stop()
+        client.close()
+    if not urls:
+        raise HeadwaterError(f"no reader of task {task} is registered in ZooKeeper at {hosts}")
+    _discovered[key] = (time.monotonic(), urls)
+    return urls
 
 
 class LogAccess(Protocol):
@@ -136,12 +171,15 @@ class HttpLog:
         self.fde: FormatDescription | None = None
         self.schema: SchemaLookup | None = None
         self._options = options
-        url = urllib.parse.urlsplit(options.server)
-        if not url.hostname:
-            raise ConfigError(f"no host in {options.server!r}", field="server")
-        self._prefix = url.path.rstrip("/")
-        cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-        self._conn = cls(url.hostname, url.port, timeout=timeout)
+        self._timeout = timeout
+        urls, self._zookeeper = parse_server(options.server)
+        for u in urls:
+            if not urllib.parse.urlsplit(u).hostname:
+                raise ConfigError(f"no host in {u!r}", field="server")
+        self._urls = list(urls) or discover(self._zookeeper or "", options.task)
+        self._index = 0
+        self._conn: http.client.HTTPConnection | None = None
+        self._prefix = ""
         if decoding:
             self.load_decoding()
 
@@ -170,6 +208,59 @@ class HttpLog:
                 name=f"{self._options.server} task {self._options.task} schema history",
             )
 
+    @property
+    def url(self) -> str:
+        """The reader this log reads from now."""
+        return self._urls[self._index]
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            url = urllib.parse.urlsplit(self.url)
+            cls = (
+                http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+            )
+            self._conn = cls(url.hostname or "", url.port, timeout=self._timeout)
+            self._prefix = url.path.rstrip("/")
+        return self._conn
+
+    def _exchange(
+        self, method: str, path: str, data: bytes | None, headers: dict[str, str]
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        """One request (they are all reads). A keep-alive connection the server closed is
+        retried once; a reader that refuses, breaks or stays silent gives way to the next
+        one, round the list (discovered again from ZooKeeper after each round) for up to
+        ``FAILOVER_WAIT_S``."""
+        deadline = time.monotonic() + FAILOVER_WAIT_S
+        stale_retried = False
+        failures = 0
+        while True:
+            conn = self._connection()
+            try:
+                conn.request(method, self._prefix + path, body=data, headers=headers)
+                resp = conn.getresponse()
+                return resp, resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                self._conn = None
+                stale = isinstance(e, http.client.RemoteDisconnected | BrokenPipeError)
+                if stale and not stale_retried:
+                    stale_retried = True  # the server closed an idle keep-alive connection
+                    continue
+                failures += 1
+                log.info("reader %s: %r; trying the next of %d", self.url, e, len(self._urls))
+                if failures % len(self._urls) == 0:
+                    if time.monotonic() > deadline:
+                        where = ", ".join(self._urls)
+                        raise HeadwaterError(
+                            f"no reader of task {self._options.task} answered {path} "
+                            f"({where}): {e!r}"
+                        ) from None
+                    time.sleep(0.1)
+                    if self._zookeeper is not None:
+                        with contextlib.suppress(HeadwaterError):
+                            self._urls = discover(self._zookeeper, self._options.task, fresh=True)
+                self._index = (self._index + 1) % len(self._urls)
+
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else orjson.dumps(body)
         headers = {"Content-Type": "application/json"} if data is not None else {}
@@ -177,16 +268,7 @@ class HttpLog:
             headers["Authorization"] = f"Bearer {self._options.token}"
         deadline = time.monotonic() + STARTING_WAIT_S
         while True:
-            for attempt in (0, 1):
-                try:
-                    self._conn.request(method, self._prefix + path, body=data, headers=headers)
-                    resp = self._conn.getresponse()
-                    payload = resp.read()
-                    break
-                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                    self._conn.close()  # a keep-alive connection the server closed: retry once
-                    if attempt:
-                        raise
+            resp, payload = self._exchange(method, path, data, headers)
             # 503 with Retry-After: the task is starting (no change log yet); wait a while.
             if resp.status != 503 or resp.getheader("Retry-After") is None:
                 break
@@ -199,7 +281,7 @@ class HttpLog:
             reason = orjson.loads(payload).get("error", "")
         except (orjson.JSONDecodeError, AttributeError):
             reason = payload[:200].decode("utf-8", "replace")
-        where = f"{self._options.server}{path}"
+        where = f"{self.url}{path}"
         if resp.status == 410:
             raise PositionNotRetainedError(f"{where}: {reason}")
         if resp.status == 404:
@@ -239,7 +321,7 @@ class HttpLog:
         found = tasks.get(self._options.task)
         if found is None:
             raise ConfigError(
-                f"{self._options.server}/v1/info: no task named {self._options.task!r}",
+                f"{self.url}/v1/info: no task named {self._options.task!r}",
                 field="task",
             )
         status = found.get("status")
@@ -248,12 +330,15 @@ class HttpLog:
     def records(self, first: int, end: int) -> Iterator[Record]:
         checkpoint = self._subscribe(AtSeq(first))["checkpoint"]
         seq = first
+        waiting_since: float | None = None
         while seq < end:
             request = {
                 "checkpoint": checkpoint,
                 "max_rows": min(end - seq, FETCH_RECORDS),
                 "max_bytes": FETCH_BYTES,
-                "timeout_ms": 0,
+                # a member that has not reached ``end`` yet (a follower, or a new leader
+                # re-reading after a failover) is waited for with long polls
+                "timeout_ms": 0 if waiting_since is None else 500,
             }
             answer = self._call("POST", "/v1/fetch", request)
             for doc in answer["records"]:
@@ -262,11 +347,18 @@ class HttpLog:
                 yield _record(doc)
             nxt = int(answer["next"]["seq"])
             if nxt <= seq and not answer["records"]:
-                raise StoreError(f"{self._options.server}: no records from seq {seq} (end {end})")
+                now = time.monotonic()
+                waiting_since = now if waiting_since is None else waiting_since
+                if now - waiting_since > FAILOVER_WAIT_S:
+                    raise StoreError(f"{self.url}: no records from seq {seq} (end {end})")
+                continue
+            waiting_since = None
             seq, checkpoint = nxt, answer["checkpoint"]
 
     def close(self) -> None:
-        self._conn.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def _position(doc: Any) -> Position:

@@ -43,6 +43,7 @@ __all__ = [
     "SourceOptions",
     "TableMatcher",
     "parse_options",
+    "parse_server",
     "parse_start",
     "start_request",
 ]
@@ -121,7 +122,10 @@ class TableMatcher:
 class SourceOptions:
     """What the source reads, parsed from the string options (see docs/formats.md).
 
-    Exactly one of ``path`` (a reader task directory) or ``server`` (base URL) is set;
+    Exactly one of ``path`` (a reader task directory) or ``server`` is set; ``server`` is
+    one reader's base URL, a comma list of the URLs of a task's readers (a reader
+    cluster: any member serves the same seqs), or ``zookeeper://HOST:PORT[,...]`` (the
+    task's readers as registered in that ZooKeeper ensemble); :func:`parse_server`;
     ``task`` names the reader task (for ``path`` the directory's name by default).
     ``ending`` is only for batch reads (exclusive: the first record at or after it is not
     read; None: the log's end when the read is planned).
@@ -287,6 +291,34 @@ def start_request(start: Start) -> Any:
     return {"gtid_set": str(start)}
 
 
+ZOOKEEPER_SCHEME = "zookeeper://"
+
+
+def parse_server(text: str) -> tuple[tuple[str, ...], str | None]:
+    """The ``server`` option as ``(reader URLs, None)`` or ``((), ZooKeeper hosts)``.
+
+    ``http(s)://host:port[/prefix]`` or a comma list of them (a reader cluster), or
+    ``zookeeper://zk1:2181,zk2:2181`` (discovery). Raises ConfigError (field ``server``)."""
+    value = text.strip()
+    if value.lower().startswith(ZOOKEEPER_SCHEME):
+        hosts = value[len(ZOOKEEPER_SCHEME) :].rstrip("/")
+        parts = [h.strip() for h in hosts.split(",")]
+        if not hosts or not all(parts) or any("/" in h or " " in h for h in parts):
+            raise ConfigError(
+                f"expected zookeeper://host:port[,host:port...], got {text!r}", field="server"
+            )
+        return (), ",".join(parts)
+    urls = tuple(u.strip().rstrip("/") for u in value.split(","))
+    for url in urls:
+        if not url.startswith(("http://", "https://")) or not url.split("//", 1)[1]:
+            raise ConfigError(
+                "expected an http:// or https:// URL, a comma list of them or "
+                f"zookeeper://hosts, got {url or text!r}",
+                field="server",
+            )
+    return urls, None
+
+
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     text = options.get(name.lower())
     if text is None:
@@ -340,13 +372,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     if (path is None) == (server is None):
         raise ConfigError("give exactly one of 'path' (a task directory) or 'server'", field="path")
     if server is not None:
-        if not server.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"expected an http:// or https:// URL, got {server!r}", field="server"
-            )
+        urls, zookeeper = parse_server(server)
         if not task:
             raise ConfigError("is required with 'server'", field="task")
-        server = server.rstrip("/")
+        server = ",".join(urls) if zookeeper is None else ZOOKEEPER_SCHEME + zookeeper
     else:
         assert path is not None
         if not path:
