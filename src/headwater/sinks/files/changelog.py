@@ -10,11 +10,13 @@ rows with exactly the change-row schema (:mod:`headwater.changes.schema`); reade
 discover partitions also see ``table_id`` and ``date`` columns.
 
 Idempotence per batch id: a batch is written under ``<path>/_staging/`` (a directory
-Spark and DuckDB globbing skip), then each file is moved into place with ``os.replace``
-under its deterministic name, and files of the same batch id that the new write did not
-produce are deleted. A replayed batch id therefore replaces its files and never adds
-duplicates; a crash in the middle of publishing leaves at most the old and new files of
-that one batch, which the replay settles.
+Spark and DuckDB globbing skip), then each file is moved into place (a rename:
+:mod:`headwater.sinks.files.fs`, which also says what is atomic on which store; ``path``
+may be a URI such as ``hdfs://`` or ``s3a://``) under its deterministic name, and files
+of the same batch id that the new write did not produce are deleted. A replayed batch id
+therefore replaces its files and never adds duplicates; a crash in the middle of
+publishing leaves at most the old and new files of that one batch, which the replay
+settles.
 
 Schema changes (``ddl``): the file schema is the change-row schema whatever the source's
 DDL (images are JSON text), so a schema change needs nothing of the files: every mode but
@@ -25,15 +27,13 @@ and the like do not count) and stops with an error naming the statement and the 
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
 import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from headwater.changes import ChangeRow
 from headwater.sinks.base import DdlMode, SinkCapabilities, as_change
+from headwater.sinks.files.fs import FileStore, store_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -57,8 +57,8 @@ class ParquetChangeLog:
 
         return LOG_CAPABILITIES
 
-    def _staging(self, batch_id: int) -> str:
-        return os.path.join(self.config.path, STAGING, f"batch-{batch_id}-{uuid.uuid4().hex}")
+    def _staging(self, store: FileStore, batch_id: int) -> str:
+        return store.join(self.config.path, STAGING, f"batch-{batch_id}-{uuid.uuid4().hex}")
 
     def write_batch(self, df: DataFrame, batch_id: int) -> None:
         """Write a micro-batch of change rows with Spark, then publish it."""
@@ -70,14 +70,15 @@ class ParquetChangeLog:
             stop = self._first_schema_change(map(as_change, ddl))
             if stop is not None:
                 df = df.filter(F.col("sequence") < stop.sequence)
-        staging = self._staging(batch_id)
+        store = store_for(self.config.path, df.sparkSession)
+        staging = self._staging(store, batch_id)
         table = F.when(F.col("table") == "", F.lit("_ddl")).otherwise(F.col("table"))
         out = df.withColumn("table_id", F.concat_ws(".", F.col("database"), table)).withColumn(
             "date", F.date_format(F.col("commit_ts"), "yyyy-MM-dd")
         )
         # one task per (table, day): one file per partition directory and batch
         out.repartition("table_id", "date").write.partitionBy("table_id", "date").parquet(staging)
-        self._publish(staging, batch_id)
+        self._publish(store, staging, batch_id)
         if stop is not None:
             raise self._stopped(stop, batch_id)
 
@@ -145,32 +146,35 @@ class ParquetChangeLog:
             table_id = f"{c.database}.{c.table or '_ddl'}"
             groups.setdefault((table_id, ts.date().isoformat()), []).append(record)
             count += 1
-        staging = self._staging(batch_id)
+        store = store_for(self.config.path)
+        staging = self._staging(store, batch_id)
         for (table_id, date), records in groups.items():
-            folder = os.path.join(staging, f"table_id={table_id}", f"date={date}")
-            os.makedirs(folder, exist_ok=True)
+            folder = store.join(staging, f"table_id={table_id}", f"date={date}")
+            store.makedirs(folder)
             table = pa.Table.from_pylist(records, schema=change_arrow_schema())
-            pq.write_table(table, os.path.join(folder, "part-0.parquet"))
-        self._publish(staging, batch_id)
+            filesystem, part = store.arrow(store.join(folder, "part-0.parquet"))
+            pq.write_table(table, part, filesystem=filesystem)
+        self._publish(store, staging, batch_id)
         if stop is not None:
             raise self._stopped(stop, batch_id)
         return count
 
-    def _publish(self, staging: str, batch_id: int) -> None:
+    def _publish(self, store: FileStore, staging: str, batch_id: int) -> None:
         root = self.config.path
         prefix = f"batch-{batch_id:012d}-"
         written: set[str] = set()
-        for folder, _, files in os.walk(staging):
-            parts = sorted(f for f in files if f.endswith(".parquet"))
-            if not parts:
-                continue
-            final = os.path.join(root, os.path.relpath(folder, staging))
-            os.makedirs(final, exist_ok=True)
-            for n, name in enumerate(parts):
-                target = os.path.join(final, f"{prefix}{n}.parquet")
-                os.replace(os.path.join(folder, name), target)
-                written.add(target)
-        for stale in glob.glob(os.path.join(root, "table_id=*", "date=*", f"{prefix}*.parquet")):
-            if stale not in written:
-                os.remove(stale)
-        shutil.rmtree(staging, ignore_errors=True)
+        folders: dict[str, list[str]] = {}
+        for folder, name in store.files(staging):
+            if name.endswith(".parquet"):
+                folders.setdefault(folder, []).append(name)
+        for folder, files in folders.items():
+            final = store.join(root, folder)
+            store.makedirs(final)
+            for n, name in enumerate(sorted(files)):
+                target = store.join(final, f"{prefix}{n}.parquet")
+                store.replace(store.join(staging, folder, name), target)
+                written.add(store.normal(target))
+        for stale in store.glob(store.join(root, "table_id=*", "date=*", f"{prefix}*.parquet")):
+            if store.normal(stale) not in written:
+                store.remove(stale)
+        store.rmtree(staging)
