@@ -14,7 +14,9 @@ the partition of its before image and that of its after image (a row whose key o
 partition column changes moves). Each touched partition is rewritten by one task: the
 current file is read, the changes it received are reduced to a net effect per key (a
 put whose image belongs elsewhere counts as a delete here: the row left), rows are
-written to a temporary file beside it and ``os.replace`` publishes it atomically. The
+written to a temporary file beside it and a rename publishes it atomically (where the
+store's rename is: :mod:`headwater.sinks.files.fs`; ``path`` may be a URI, which
+executors reach through ``pyarrow.fs``). The
 file's key-value metadata ``headwater.max_sequence`` holds the last sequence applied to
 it; changes at or below it are skipped, so replaying a batch, or an older one, changes
 nothing.
@@ -42,6 +44,8 @@ from crc32c import crc32c
 from headwater.changes import ChangeRow
 from headwater.schema.model import BINARY_TYPES, Column, TableDef, parse_column_type
 from headwater.sinks.base import DdlMode, SinkCapabilities, as_change
+from headwater.sinks.failfast import catch_terminal, raise_failed
+from headwater.sinks.files.fs import store_for
 from headwater.sinks.merge import DELETE, PUT, KeyEvent, collapse, explode, shard_of
 from headwater.sinks.values import ValueRules, converter
 
@@ -99,7 +103,7 @@ class ParquetMirror:
 
     def table_path(self, database: str, table: str) -> str:
         """The directory of one table's mirror (what readers open)."""
-        return os.path.join(self.config.path, database, table)
+        return store_for(self.config.path).join(self.config.path, database, table)
 
     # -- routing ----------------------------------------------------------------------------
 
@@ -155,10 +159,12 @@ class ParquetMirror:
         results = (
             df.rdd.mapPartitions(self.route)
             .partitionBy(self.config.shards, _stable_part)
-            .mapPartitions(functools.partial(_apply_partitions, self))
+            .mapPartitions(functools.partial(catch_terminal(_apply_partitions), self))
             .collect()
         )
-        del results  # counts of rewritten partitions; errors raise on their own
+        # counts of rewritten partitions; an error a retry cannot fix comes back as data
+        # and is raised here (sinks.failfast), others fail the task (Spark retries it)
+        raise_failed(results)
 
     def apply_changes(self, rows: Iterable[Any], batch_id: int = 0) -> int:
         """The same without Spark; returns how many partitions were rewritten."""
@@ -213,18 +219,21 @@ class ParquetMirror:
         import pyarrow.parquet as pq
 
         database, table, value = part
-        folder = os.path.join(self.table_path(database, table), f"mirror_part={value}")
-        path = os.path.join(folder, "data.parquet")
+        store = store_for(self.config.path)  # plain path, or pyarrow.fs for a URI
+        folder = store.join(self.table_path(database, table), f"mirror_part={value}")
+        path = store.join(folder, "data.parquet")
+        filesystem, inner = store.arrow(path)
         rows: dict[tuple[Any, ...], dict[str, Any]] = {}
         done = -1
-        if os.path.exists(path):
-            current = pq.read_table(path)
+        exists = store.exists(path)
+        if exists:
+            current = pq.read_table(inner, filesystem=filesystem)
             done = int((current.schema.metadata or {}).get(_META, b"-1"))
         todo = sorted((c for c in changes if c.sequence > done), key=lambda c: c.sequence)
         if not todo:
             return False
         tdef = self._table_def(todo[-1])
-        if os.path.exists(path):
+        if exists:
             for record in current.to_pylist():
                 rows[tuple(record.get(c) for c in tdef.primary_key)] = record
         events: list[KeyEvent] = []
@@ -258,10 +267,10 @@ class ParquetMirror:
         )
         ordered = [rows[k] for k in sorted(rows)]
         out = pa.Table.from_pylist([{n: r.get(n) for n in fields} for r in ordered], schema=schema)
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f".tmp-{uuid.uuid4().hex}.parquet")
-        pq.write_table(out, tmp)
-        os.replace(tmp, path)
+        store.makedirs(folder)
+        tmp = store.join(folder, f".tmp-{uuid.uuid4().hex}.parquet")
+        pq.write_table(out, store.arrow(tmp)[1], filesystem=filesystem)
+        store.replace(tmp, path)
         return True
 
     def _fields(self, tdef: TableDef, have: pyarrow.Schema | None) -> dict[str, Any]:
