@@ -146,6 +146,46 @@ def test_a_request_stalled_in_its_headers_is_dropped_after_the_header_timeout(
         assert time.monotonic() - started < 5
 
 
+def test_a_request_dripping_its_headers_is_dropped_at_the_header_timeout_in_all(
+    stored: Stored, tmp_path: Path
+) -> None:
+    """Slowloris: a byte of header every 0.1 s never waits the per-read limit out, but the
+    request as a whole gets header_timeout; with every slot held by drippers, a new client
+    is served once they are dropped."""
+    options = ServerOptions(
+        max_connections=3, header_timeout_s=0.6, idle_timeout_s=60, fetch_workers=0
+    )
+    with open_api(stored, tmp_path, options) as api:
+        drips = [_connect(api) for _ in range(3)]
+        for s in drips:
+            s.sendall(b"GET /v1/info HTTP/1.1\r\n")
+        started = time.monotonic()
+        closed: set[int] = set()
+        while len(closed) < len(drips):
+            assert time.monotonic() - started < 5, "the drippers are still connected"
+            for i, s in enumerate(drips):
+                if i in closed:
+                    continue
+                try:
+                    s.sendall(b"X")
+                except OSError:  # reset by the server
+                    closed.add(i)
+                    continue
+                s.settimeout(0.01)
+                try:
+                    if s.recv(1) == b"":
+                        closed.add(i)
+                except TimeoutError:
+                    pass
+                except OSError:
+                    closed.add(i)
+            time.sleep(0.1)
+        assert 0.5 < time.monotonic() - started < 5
+        for s in drips:
+            s.close()
+        assert api.http.get("/v1/info").status == 200
+
+
 def test_client_disconnects_are_one_debug_line_not_a_traceback(
     stored: Stored,
     tmp_path: Path,

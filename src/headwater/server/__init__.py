@@ -108,7 +108,8 @@ class ServerOptions:
     connections (one more closes the longest-idle one, or when all are in requests is
     answered 503 and closed at once, its file descriptor freed),
     a connection idle between requests for ``idle_timeout_s`` is closed, a client gets
-    ``header_timeout_s`` per read while sending a request, ``backlog`` is the listen
+    ``header_timeout_s`` in all to send a request's headers and body once its request
+    line is in (not per read: a slow drip cannot hold a slot), ``backlog`` is the listen
     queue. ``fetch_workers`` processes do the decoding and encoding of fetches (0: threads
     of this process, one fetch at a time), so they cannot take this process's CPU.
     """

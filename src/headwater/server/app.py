@@ -39,6 +39,7 @@ import base64
 import contextlib
 import errno
 import hmac
+import io
 import logging
 import os
 import socket
@@ -427,6 +428,31 @@ class _HTTPServer(ThreadingHTTPServer):
             log.error("HTTP request from %s failed", client_address, exc_info=True)
 
 
+class _RequestReader(io.RawIOBase):
+    """A connection's reads with the handler's whole-request deadline: once a request has
+    begun (its request line is in), its headers and body must arrive within
+    ``header_timeout_s`` in all, not per read -- a client dripping one byte per second
+    (slowloris) would otherwise hold a connection slot, which is not idle and so never
+    evicted, for ever."""
+
+    def __init__(self, sock: socket.socket, handler: _Handler) -> None:
+        super().__init__()
+        self._sock = sock
+        self._handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        deadline = self._handler.read_deadline
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request was not received within header_timeout")
+            self._sock.settimeout(min(left, self._handler.server.options.header_timeout_s))
+        return self._sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     # Headers and body go out in several writes: without TCP_NODELAY, Nagle plus the
@@ -457,9 +483,17 @@ class _Handler(BaseHTTPRequestHandler):
     def do_OPTIONS(self) -> None:
         self._dispatch("OPTIONS")
 
+    read_deadline: float | None = None
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the socket's own reader: replaced, its reference dropped
+        self.rfile = io.BufferedReader(_RequestReader(self.connection, self))
+
     def handle_one_request(self) -> None:
         # Between requests a connection may stay idle this long; then it is closed. While
         # idle it may also be closed to make room for a new connection (verify_request).
+        self.read_deadline = None
         self.connection.settimeout(self.server.options.idle_timeout_s)
         self.server.idle(self.connection, True)
         try:
@@ -470,7 +504,9 @@ class _Handler(BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         # Once a request started, each read of it (headers, body) gets the header timeout.
         self.server.idle(self.connection, False)
-        self.connection.settimeout(self.server.options.header_timeout_s)
+        timeout = self.server.options.header_timeout_s
+        self.connection.settimeout(timeout)
+        self.read_deadline = time.monotonic() + timeout  # headers and body, in all
         return super().parse_request()
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
@@ -492,6 +528,7 @@ class _Handler(BaseHTTPRequestHandler):
         endpoint = path if path in _ROUTES else "other"
         try:
             body = self._read_body()
+            self.read_deadline = None  # the request is in; a long-poll may take its time
             code = self._route(app, method, path, body)
         except RequestError as e:
             code = e.status
