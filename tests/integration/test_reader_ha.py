@@ -258,6 +258,14 @@ def _info(member: Member) -> dict[str, Any]:
         return dict(json.loads(resp.read())["tasks"]["shop"])
 
 
+def _end(member: Member) -> int:
+    """The member's last seq (-1 while its API does not answer yet)."""
+    try:
+        return int((_info(member).get("latest") or {}).get("seq") or 0)
+    except OSError:
+        return -1
+
+
 def _records(directory: Path) -> list[Any]:
     with ChangeLog.open(str(directory), read_only=True) as log, log.reader(AtSeq(1)) as r:
         out = []
@@ -289,9 +297,6 @@ def test_a_deposed_leader_comes_back_as_a_follower_without_appending(
             *(f"INSERT INTO shop.t VALUES ({i}, 'row {i}')" for i in range(first, first + count))
         )
 
-    def end(m: Member) -> int:
-        return int((_info(m).get("latest") or {}).get("seq") or 0)
-
     try:
         for m in members.values():
             m.start()
@@ -299,18 +304,18 @@ def test_a_deposed_leader_comes_back_as_a_follower_without_appending(
         old = members[str(_leader(zk))]
         new = next(m for m in members.values() if m is not old)
         insert(1, 10)
-        wait_for(lambda: end(new) == end(old) == 10, 30, "the follower to copy 10 records")
+        wait_for(lambda: _end(new) == _end(old) == 10, 30, "the follower to copy 10 records")
         assert new.proc is not None and old.proc is not None
         os.kill(new.proc.pid, signal.SIGSTOP)  # a follower that copies nothing for a while
         insert(11, 20)
-        wait_for(lambda: end(old) == 30, 30, "the leader to store 20 more")
+        wait_for(lambda: _end(old) == 30, 30, "the leader to store 20 more")
         os.kill(old.proc.pid, signal.SIGSTOP)
         os.kill(new.proc.pid, signal.SIGCONT)
         tail = _records(tmp_path / old.name / "shop" / "changes")
         assert len(tail) == 30
         wait_for(lambda: _leader(zk) == new.name, 30, "the follower to take over")
         insert(31, 15)
-        wait_for(lambda: end(new) == 45, 30, "the new leader to capture")
+        wait_for(lambda: _end(new) == 45, 30, "the new leader to capture")
         epochs = cluster_view(zk, "shop")["epochs"]
         # the new leader began below 31: the old one held records it had not copied (a
         # fetch answered before the pause may still have landed)
@@ -318,12 +323,12 @@ def test_a_deposed_leader_comes_back_as_a_follower_without_appending(
 
         os.kill(old.proc.pid, signal.SIGCONT)
         wait_for(
-            lambda: _info(old)["status"]["cluster"].get("role") == "follower" and end(old) == 45,
+            lambda: _info(old)["status"]["cluster"].get("role") == "follower" and _end(old) == 45,
             30,
             "the old leader to rejoin and catch up",
         )
         insert(46, 5)
-        wait_for(lambda: end(old) == end(new) == 50, 30, "both to reach 50")
+        wait_for(lambda: _end(old) == _end(new) == 50, 30, "both to reach 50")
         view = cluster_view(zk, "shop")
         assert view["leader"] == new.name and view["epochs"] == epochs  # no new epoch
         cluster = _info(old)["status"]["cluster"]
@@ -347,3 +352,66 @@ def test_a_deposed_leader_comes_back_as_a_follower_without_appending(
     assert all(same_record(a, b) for a, b in zip(tail, mine[:30], strict=True))
     ids = [int(r.gtid.rsplit("-", 1)[1]) for r in mine]
     assert ids == sorted(set(ids))  # each source transaction once, in order
+
+
+def test_the_spark_source_follows_a_failover(
+    sandbox_factory: Any,
+    zookeeper: str,  # noqa: F811
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading through ``server=zookeeper://...``, a batch in flight when its reader (the
+    leader) is SIGKILLed goes on at the other member with the same seqs; after the
+    failover a Spark read over ``server=<dead URL>,<live URL>`` gets every change."""
+    from headwater.spark import register
+    from headwater.spark.logaccess import HttpLog
+    from headwater.spark.offsets import parse_options
+
+    monkeypatch.setattr("headwater.spark.logaccess.FETCH_RECORDS", 5)  # several fetches
+    server = sandbox_factory(server_id=43)
+    server.execute("CREATE DATABASE shop", "CREATE TABLE shop.t (id INT PRIMARY KEY)")
+    start = BinlogCoordinate(*server.binlog_position())
+    a, b = (Member(tmp_path, n, server, start, zookeeper) for n in ("a", "b"))
+    zk = connect(zookeeper)
+
+    def insert(first: int, count: int) -> None:
+        server.execute(*(f"INSERT INTO shop.t VALUES ({i})" for i in range(first, first + count)))
+
+    try:
+        a.start()  # the leader, and the first reader discovered (members sorted by name)
+        wait_for(lambda: _leader(zk) == "a", 60, "a to lead")
+        b.start()
+        insert(1, 30)
+        wait_for(lambda: _end(a) == _end(b) == 30, 30, "both members to hold 30 records")
+        log = HttpLog(parse_options({"server": f"zookeeper://{zookeeper}", "task": "shop"}))
+        assert log.url == a.url
+        batch = log.records(1, 31)
+        got = [next(batch) for _ in range(7)]
+        assert a.proc is not None
+        a.proc.kill()
+        a.proc.wait()
+        got += list(batch)
+        assert log.url == b.url
+        log.close()
+        _fde, expected = oracle_transactions(server, start)
+        assert [(r.seq, r.gtid) for r in got] == [(i + 1, r.gtid) for i, r in enumerate(expected)]
+
+        wait_for(lambda: _leader(zk) == "b", 30, "b to take over")
+        insert(31, 10)
+        wait_for(lambda: _end(b) == 40, 30, "b to capture")
+        register(spark)
+        df = (
+            spark.read.format("headwater")
+            .option("server", f"{a.url},{b.url}")
+            .option("task", "shop")
+            .option("tables", "shop.t")
+            .load()
+        )
+        rows = [r["after"] for r in df.orderBy("sequence").collect() if r["op"] == "insert"]
+        assert [json.loads(r)["id"] for r in rows] == list(range(1, 41))
+    finally:
+        for m in (a, b):
+            m.stop()
+        zk.stop()
+        zk.close()
