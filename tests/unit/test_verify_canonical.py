@@ -69,11 +69,13 @@ def test_bit_compares_as_its_unsigned_integer() -> None:
     assert canonical(b"\x01", kind=kind) != canonical(2, kind=kind)
 
 
-def test_binary_compares_without_its_zero_padding() -> None:
+def test_binary_compares_with_its_zero_padding() -> None:
+    """BINARY(n) holds n bytes; the decoder pads what the row events strip, so a target
+    holding fewer bytes is a difference (the padding is part of the value)."""
     kind = column_kind("binary", "bytea", is_json=False, cross=True)
-    assert canonical(b"\x01\x00\x00\x00", kind=kind) == canonical(b"\x01", kind=kind) == "01"
-    assert canonical(b"\x00\x01", kind=kind) != canonical(b"\x01", kind=kind)
-    assert column_kind("varbinary", "bytea", is_json=False, cross=True) == ""
+    assert kind == ""
+    assert canonical(b"\x01\x00\x00\x00", kind=kind) != canonical(b"\x01", kind=kind)
+    assert canonical(b"\x01\x00", kind=kind) == canonical(b"\x01\x00", kind=kind)
 
 
 def test_single_precision_float_compares_to_six_digits() -> None:

@@ -436,6 +436,11 @@ def column_spec(col: Col, k: int, env: dict[str, object], partial: bool = False)
         )
     if t == _T.STRING:
         length = _string_length(meta)
+        if col.codec is None:
+            # BINARY(n): Field_string::pack (sql/field.cc, MySQL and MariaDB) drops trailing
+            # pad characters of single-byte charsets, and binary's pad is 0x00, so
+            # x'61620000' is logged as 'ab'; the column holds n bytes: pad them back.
+            return _prefixed(1 if length < 256 else 2, f"{{}}.ljust({length}, b'\\x00')")
         return _text(1 if length < 256 else 2, col.codec)
     if t in (_T.VARCHAR, _T.VAR_STRING):
         return _text(1 if meta < 256 else 2, col.codec)

@@ -35,8 +35,9 @@ makes where the binlog alone does not decide:
 * Text is decoded with ``errors="surrogateescape"``: bytes that are invalid in the column's
   charset never fail the row and can be recovered with
   ``s.encode(codec, "surrogateescape")``.
-* CHAR values come without trailing spaces (the server strips them when packing);
-  BINARY(n) values keep their 0x00 padding.
+* CHAR values come without trailing spaces (the server strips them when packing, and
+  reads CHAR without them); BINARY(n) values, whose trailing 0x00 bytes the server strips
+  the same way, are padded back to their n bytes (what the column holds and returns).
 * Corrupt bytes that still frame (a DECIMAL group above 999999999, an out-of-range date)
   give the out-of-range value or its text, never an exception.
 

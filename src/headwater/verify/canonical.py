@@ -33,8 +33,6 @@ kind        canonical text
 ``json``    the text parsed as JSON and rendered as above
 ``bit``     BIT: the unsigned integer (pymysql returns big-endian bytes, a PostgreSQL
             target a bigint or numeric)
-``binary``  BINARY(n): hex without the trailing ``0x00`` pad (MariaDB pads the value it
-            returns to n bytes, its row events do not: the target holds the unpadded bytes)
 ``float``   FLOAT (single precision): 6 significant digits, as MariaDB's text protocol
             returns it (PostgreSQL's ``real`` returns the shortest float32 text)
 ``zero``    DATE/DATETIME/TIMESTAMP against another product: a zero or partial date
@@ -82,8 +80,6 @@ def column_kind(source_type: str, target_type: str, *, is_json: bool, cross: boo
         return "json"
     if types & _BIT_TYPES:
         return "bit"
-    if "binary" in types:
-        return "binary"
     if types & _FLOAT_TYPES and "double" not in types and "double precision" not in types:
         return "float"
     if cross and types & _DATE_TYPES:
@@ -140,8 +136,6 @@ def _by_kind(value: Any, kind: str) -> str | None:
     """The canonical text for a kind, or ``_PLAIN`` when the value needs no adjusting."""
     if kind == "bit" and isinstance(value, bytes | bytearray):
         return str(int.from_bytes(value, "big"))
-    if kind == "binary" and isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).rstrip(b"\0").hex()
     if kind == "float" and isinstance(value, float):
         return format(value, ".6g")
     if kind == "zero" and isinstance(value, str):
