@@ -312,6 +312,21 @@ def test_binary_charset_stays_bytes() -> None:
     assert one(T.VARCHAR, 10, enc_prefixed(b"\xff\x00", 1), charsets=(63,)) == b"\xff\x00"
 
 
+def test_binary_n_gets_back_the_zero_bytes_the_row_event_dropped() -> None:
+    # MariaDB 10.11 logs BINARY(4) x'61620000' as 'ab' and x'00' as '' (mariadb-binlog -vv).
+    assert one(T.STRING, T.STRING << 8 | 4, enc_prefixed(b"ab", 1), charsets=(63,)) == b"ab\0\0"
+    assert one(T.STRING, T.STRING << 8 | 4, enc_prefixed(b"", 1), charsets=(63,)) == b"\0" * 4
+    assert one(T.STRING, 0xFE00 | 255, enc_prefixed(b"\x00a", 1), charsets=(63,)) == (
+        b"\x00a" + b"\0" * 253
+    )
+    # a CHAR in a text charset is not padded (the server reads CHAR without its spaces)
+    assert one(T.STRING, T.STRING << 8 | 4, enc_prefixed(b"ab", 1), charsets=(8,)) == "ab"
+    # no charset known: text, as before
+    assert one(T.STRING, T.STRING << 8 | 4, enc_prefixed(b"ab", 1)) == "ab"
+    # VARBINARY keeps its length
+    assert one(T.VARCHAR, 10, enc_prefixed(b"ab", 1), charsets=(63,)) == b"ab"
+
+
 @pytest.mark.parametrize("nbytes", [1, 2, 3, 4])
 def test_blob_length_prefix_sizes(nbytes: int) -> None:
     data = bytes(range(256)) * 2
