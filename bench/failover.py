@@ -5,9 +5,10 @@ the kill is measured. The killed member is restarted (it rejoins as a follower) 
 next round. Then the follower lag (records behind the leader, as each member publishes it)
 is sampled under a steady load of single-row transactions at ``--rate`` (5,000/s).
 
-Default timeouts: the ZooKeeper session is 6 s (coordination/zk.py), and a dead leader's
-node goes only when its session expires, so a SIGKILL failover cannot be shorter than the
-session timeout plus an election.
+Default timeouts: the ZooKeeper session is 4 s (coordination/zk.py). A SIGKILLed leader's
+API refuses connections at once: a follower deposes it after 0.5 s of refusals (no wait
+for its session to expire), and the new leader appends after the deposed leader's lease
+(0.6 x 4 s) has run out; see docs/operations.md, "Why deposing is safe".
 
 Usage: .venv/bin/python bench/failover.py [--rounds 10] [--rate 5000] [--quick]
 Last line: ``failover_s=<p50 over the rounds>``.

@@ -335,7 +335,14 @@ PIPELINE: tuple[Section, ...] = (
         "headwater.spark.offsets.SourceOptions",
         (
             Row("path", "path", doc="A reader task directory (or give `server`)."),
-            Row("server", "server", doc="Base URL of a reader's HTTP API."),
+            Row(
+                "server",
+                "server",
+                "string or list",
+                doc="Base URL of a reader's HTTP API; a list of a reader cluster's URLs, "
+                "or `zookeeper://HOST:PORT,...` to find the task's readers there "
+                "(docs/operations.md).",
+            ),
             Row(
                 "task",
                 "task",
