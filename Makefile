@@ -8,10 +8,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 JDBC_JAR := /usr/share/java/mariadb-java-client.jar
+# Browser tests (pytest -m browser): Debian's chromium driven by playwright-core from npm,
+# installed into this git-ignored directory.
+BROWSER_DIR := .browser
+PLAYWRIGHT := $(BROWSER_DIR)/node_modules/playwright-core/package.json
 
 .PHONY: test lint typecheck unit integration bench setup system-packages clean demo
 
-setup: system-packages $(STAMP)
+setup: system-packages $(STAMP) $(PLAYWRIGHT)
 
 # Debian packages, installed only when their programs are missing (needs root, as on CI).
 system-packages:
@@ -23,6 +27,8 @@ system-packages:
 	command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing="$$missing nats-server"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	[ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing="$$missing zookeeper"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
@@ -35,6 +41,9 @@ $(STAMP): pyproject.toml setup.py src/headwater/_native/ingest.c
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
+
+$(PLAYWRIGHT):
+	npm install --silent --no-save --no-audit --no-fund --prefix $(BROWSER_DIR) playwright-core@1.65.1
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -302,7 +302,7 @@ class PipelineRunner:
         check_shared(self.spark, self.config)  # on a cluster: file sinks' paths are shared
         self.resnapshot_pending()
         query = self.start(available_now=available_now)
-        self.status.tick(None, None)
+        self.status.tick((), None)
         out.write(f"pipeline {self.config.name}: started\n")
         out.flush()
         last_line = time.monotonic()
@@ -316,7 +316,7 @@ class PipelineRunner:
                 query.awaitTermination(0.2)  # type: ignore[arg-type]  # seconds, float ok
                 if time.monotonic() - last_line >= self.config.progress_s:
                     last_batch = self._progress_line(query, out, last_batch)
-                    self.status.tick(query.lastProgress, _newest(query.lastProgress))
+                    self.status.tick(query.recentProgress, _newest(query.lastProgress))
                     last_line = time.monotonic()
                 if self.config.snapshot is not None:
                     signalled, seen_batch = _signal_batches(query, seen_batch)
@@ -341,7 +341,7 @@ class PipelineRunner:
             raise PipelineError(message) from None
         finally:
             self._progress_line(query, out, last_batch)
-            self.status.count(query.lastProgress, _newest(query.lastProgress))
+            self.status.count(query.recentProgress, _newest(query.lastProgress))
             ended = sys.exc_info()[1]  # the error leaving run(), if any
             self.status.finish(ended if isinstance(ended, Exception) else None)
         return 0

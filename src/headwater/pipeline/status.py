@@ -197,31 +197,42 @@ class StatusReporter:
     def metrics_path(self) -> Path:
         return self.config.monitoring.metrics_file or self.config.checkpoint / "metrics.prom"
 
-    def tick(self, progress: Any, newest_ts_us: int | None) -> None:
-        """Count the query's last finished batch (once) and publish the status."""
-        self.count(progress, newest_ts_us)
+    def tick(self, reports: Any, newest_ts_us: int | None) -> None:
+        """Count the query's finished batches (each once) and publish the status."""
+        self.count(reports, newest_ts_us)
         self.publish("running")
 
-    def count(self, progress: Any, newest_ts_us: int | None) -> None:
-        """Count the batch of a progress report (once per batch id), note the lag."""
-        if progress and int(progress.get("batchId", -1)) != self._seen_batch:
-            self._seen_batch = int(progress.get("batchId", -1))
+    def count(self, reports: Any, newest_ts_us: int | None) -> None:
+        """Count the batches of ``reports`` (the query's ``recentProgress``: several
+        batches may finish between two ticks) not counted before; note the lag: now minus
+        the newest commit time written (``newest_ts_us`` when the reports carry none), or
+        0 when the last report read nothing (the pipeline has all the change log holds:
+        the reader's lag is then the whole lag)."""
+        reports = list(reports or ())
+        for progress in reports:
+            batch = int(progress.get("batchId", -1))
             rows_in = int(progress.get("numInputRows") or 0)
+            # an idle query reports the batch it waits to run: not a batch, and not seen
+            if batch <= self._seen_batch or not rows_in:
+                continue
+            self._seen_batch = batch
             rows_out = _observed(progress, "rows_out")
             rows_out = rows_in if rows_out is None else rows_out
-            if rows_in:  # an idle query reports the batch it waits to run: not a batch
-                self.batches += 1
-                self.rows_in_total += rows_in
-                self.rows_out_total += rows_out
-                duration_ms = (progress.get("durationMs") or {}).get("triggerExecution", 0)
-                self._last = {
-                    "batch_id": self._seen_batch,
-                    "rows_in": rows_in,
-                    "rows_out": rows_out,
-                    "rows_per_s": float(progress.get("processedRowsPerSecond") or 0.0),
-                    "batch_seconds": duration_ms / 1000,
-                }
-        if newest_ts_us:
+            newest_ts_us = _observed(progress, "newest_ts_us") or newest_ts_us
+            self.batches += 1
+            self.rows_in_total += rows_in
+            self.rows_out_total += rows_out
+            duration_ms = (progress.get("durationMs") or {}).get("triggerExecution", 0)
+            self._last = {
+                "batch_id": batch,
+                "rows_in": rows_in,
+                "rows_out": rows_out,
+                "rows_per_s": float(progress.get("processedRowsPerSecond") or 0.0),
+                "batch_seconds": duration_ms / 1000,
+            }
+        if reports and not reports[-1].get("numInputRows"):
+            self._last["lag_seconds"] = 0.0
+        elif newest_ts_us:
             self._last["lag_seconds"] = round(max(0.0, time.time() - newest_ts_us / 1e6), 3)
         self._check_lag()
 

@@ -10,6 +10,7 @@ Families (all labelled ``task`` except the HTTP one)::
     headwater_events_in_total, headwater_bytes_in_total,
     headwater_transactions_stored_total                    counters from the task status
     headwater_lag_seconds                                  gauge from the task status
+    headwater_task_failed                                  gauge, 1 when its state is failed
     headwater_log_first_seq, headwater_log_last_seq,
     headwater_log_last_commit_timestamp_seconds            gauges from the change log
     headwater_fetch_requests_total{task,format}
@@ -40,6 +41,7 @@ _HELP = {
         "Transactions appended to the change log by the reader task.",
     ),
     "headwater_lag_seconds": ("gauge", "Reader task lag behind the source's commit time."),
+    "headwater_task_failed": ("gauge", "1 when the reader task's state is failed, else 0."),
     "headwater_log_first_seq": ("gauge", "First retained record seq of the change log."),
     "headwater_log_last_seq": ("gauge", "Last acknowledged record seq of the change log."),
     "headwater_log_last_commit_timestamp_seconds": (
@@ -141,6 +143,8 @@ class Metrics:
             value = status.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 samples[metric].append((labels, value))
+        if status.get("state") is not None:
+            samples["headwater_task_failed"].append((labels, int(status["state"] == "failed")))
         try:
             changelog = handle.change_log()
             first, last = changelog.earliest(), changelog.latest()

@@ -63,10 +63,9 @@ def test_monitoring_section_parses_and_rejects_bad_values(tmp_path: Path) -> Non
 def test_ticks_count_each_batch_once_and_write_status_and_metrics(tmp_path: Path) -> None:
     reporter = StatusReporter(_config(tmp_path))
     newest = int((time.time() - 5) * 1e6)
-    reporter.tick(_progress(0, 100, 90), newest)
-    reporter.tick(_progress(0, 100, 90), newest)  # the same report again: not counted twice
-    reporter.tick({**_progress(1, 0, 0), "numInputRows": 0}, newest)  # idle: no batch
-    reporter.tick(_progress(2, 50, 50, ms=250), newest)
+    reporter.tick([_progress(0, 100, 90)], newest)
+    # recentProgress again with the same report, an idle one (no batch) and a new one
+    reporter.tick([_progress(0, 100, 90), _progress(1, 0, 0), _progress(2, 50, 50, ms=250)], newest)
     doc = json.loads((tmp_path / "ck" / "status.json").read_text())
     assert doc["name"] == "orders-sync"
     assert doc["state"] == "running"
@@ -89,7 +88,7 @@ def test_ticks_count_each_batch_once_and_write_status_and_metrics(tmp_path: Path
 
 def test_finish_with_an_error_says_failed_and_counts_it(tmp_path: Path) -> None:
     reporter = StatusReporter(_config(tmp_path))
-    reporter.tick(_progress(0, 10, 10), None)
+    reporter.tick([_progress(0, 10, 10)], None)
     reporter.finish(RuntimeError("pipeline orders-sync failed: sink down\ntrace..."))
     doc = json.loads((tmp_path / "ck" / "status.json").read_text())
     assert doc["state"] == "failed"
@@ -108,14 +107,14 @@ def test_lag_over_the_threshold_logs_one_warning_per_crossing(
     reporter = StatusReporter(_config(tmp_path, "monitoring: {lag_warning_s: 10}\n"))
     caplog.set_level(logging.INFO, "headwater.pipeline.status")
     old = int((time.time() - 60) * 1e6)
-    reporter.tick(_progress(0, 1, 1), old)
-    reporter.tick(_progress(1, 1, 1), old)
+    reporter.tick([_progress(0, 1, 1)], old)
+    reporter.tick([_progress(1, 1, 1)], old)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "lag 60" in warnings[0].getMessage() and "(10.0 s)" in warnings[0].getMessage()
     doc = json.loads((tmp_path / "ck" / "status.json").read_text())
     assert doc["lag_over_threshold"] is True and doc["lag_warning_s"] == 10.0
-    reporter.tick(_progress(2, 1, 1), time.time_ns() // 1000)
+    reporter.tick([_progress(2, 1, 1)], time.time_ns() // 1000)
     assert any("back under" in r.getMessage() for r in caplog.records)
     assert json.loads((tmp_path / "ck" / "status.json").read_text())["lag_over_threshold"] is False
 
@@ -162,7 +161,7 @@ def test_status_is_posted_to_a_server_source_with_its_token(tmp_path: Path) -> N
     with HeadwaterServer({}, ServerOptions(token=TOKEN, fetch_workers=0)).start() as server:
         source = f"  server: {server.url}\n  task: shop\n  token_file: token\n"
         reporter = StatusReporter(_config(tmp_path, source=source))
-        reporter.tick(_progress(0, 5, 4), None)
+        reporter.tick([_progress(0, 5, 4)], None)
         [seen] = server.console.pipelines()
         assert (seen["name"], seen["state"]) == ("orders-sync", "running")
         assert seen["rows_out_total"] == 4
@@ -172,3 +171,13 @@ def test_status_is_posted_to_a_server_source_with_its_token(tmp_path: Path) -> N
         [seen] = server.console.pipelines()
         assert seen["state"] == "stopped" and seen["red"] is True
         assert TOKEN not in json.dumps(seen)
+
+
+def test_lag_is_the_newest_commit_written_and_zero_once_caught_up(tmp_path: Path) -> None:
+    reporter = StatusReporter(_config(tmp_path))
+    written = _progress(0, 10, 10)
+    written["observedMetrics"]["headwater"]["newest_ts_us"] = int((time.time() - 8) * 1e6)
+    reporter.tick([written], None)
+    assert 7.5 < json.loads((tmp_path / "ck" / "status.json").read_text())["lag_seconds"] < 30
+    reporter.tick([written, _progress(1, 0, 0)], None)  # the query waits: nothing to read
+    assert json.loads((tmp_path / "ck" / "status.json").read_text())["lag_seconds"] == 0.0
