@@ -39,10 +39,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
-import glob
 import logging
-import os
-import shutil
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -52,6 +49,7 @@ import orjson
 from headwater.errors import SinkError
 from headwater.schema.model import TableDef
 from headwater.sinks.base import DdlMode
+from headwater.sinks.files.fs import FileStore, store_for
 from headwater.sinks.merge import shard_of
 from headwater.sinks.schemachange import plan_schema_change, position_before
 
@@ -70,18 +68,20 @@ META = b"headwater.max_sequence"
 DATA = "data.parquet"
 
 
-def file_sequence(path: str) -> int:
+def file_sequence(store: FileStore, path: str) -> int:
     """The last sequence applied to a partition file (its ``headwater.max_sequence``)."""
     import pyarrow.parquet as pq
 
-    return int((pq.read_schema(path).metadata or {}).get(META, b"-1"))
+    filesystem, inner = store.arrow(path)
+    return int((pq.read_schema(inner, filesystem=filesystem).metadata or {}).get(META, b"-1"))
 
 
-def partition_files(table_dir: str) -> list[tuple[str, str]]:
+def partition_files(store: FileStore, table_dir: str) -> list[tuple[str, str]]:
     """``(partition value, file)`` of every partition file of a table directory."""
     found = []
-    for path in sorted(glob.glob(os.path.join(glob.escape(table_dir), "mirror_part=*", DATA))):
-        found.append((os.path.basename(os.path.dirname(path)).split("=", 1)[1], path))
+    for path in sorted(store.glob(store.join(table_dir, "mirror_part=*", DATA))):
+        folder = path.rstrip("/").rsplit("/", 2)[-2]
+        found.append((folder.split("=", 1)[1], path))
     return found
 
 
@@ -100,6 +100,7 @@ def apply_schema_change(mirror: ParquetMirror, change: ChangeRow, scope: DdlScop
     ``ignore`` are the caller's."""
     mode = DdlMode(mirror.config.ddl)
     schema = mirror.config.schema
+    store = store_for(mirror.config.path)
     before_at, after_at = position_before(change.position), change.position
     seq = change.sequence
 
@@ -110,7 +111,7 @@ def apply_schema_change(mirror: ParquetMirror, change: ChangeRow, scope: DdlScop
         return schema.table_at(db, t, after_at)
 
     def target(db: str, t: str) -> dict[str, tuple[str, bool]] | None:
-        return _columns(mirror.table_path(db, t), seq)
+        return _columns(store, mirror.table_path(db, t), seq)
 
     steps = plan_schema_change(
         mode, scope, change.sql or "", before, after, target, runs_source_sql=False
@@ -121,15 +122,14 @@ def apply_schema_change(mirror: ParquetMirror, change: ChangeRow, scope: DdlScop
                  step.table)  # fmt: skip
         key = (step.database, step.table)
         if step.op == "drop_database":
-            for table_dir in sorted(glob.glob(os.path.join(glob.escape(
-                    os.path.join(mirror.config.path, step.database)), "*"))):  # fmt: skip
-                _delete(table_dir, seq)
+            for table_dir in sorted(store.glob(store.join(mirror.config.path, step.database, "*"))):
+                _delete(store, table_dir, seq)
         elif step.op in ("drop_table", "truncate"):
-            _delete(mirror.table_path(step.database, step.table), seq)
+            _delete(store, mirror.table_path(step.database, step.table), seq)
         elif step.op == "rename_table":
             tdef = after(step.new_database, step.new_table)
             if tdef is not None:
-                _rewrite(mirror, change, key, (step.new_database, step.new_table), tdef,
+                _rewrite(mirror, store, change, key, (step.new_database, step.new_table), tdef,
                          _Change(regroup=True))  # fmt: skip
         elif step.op in ("drop_column", "rename_column", "modify_column", "primary_key"):
             found = changes.setdefault(key, _Change())
@@ -144,17 +144,18 @@ def apply_schema_change(mirror: ParquetMirror, change: ChangeRow, scope: DdlScop
     for key, found in changes.items():
         tdef = after(*key)
         if tdef is not None:
-            _rewrite(mirror, change, key, key, tdef, found)
+            _rewrite(mirror, store, change, key, key, tdef, found)
 
 
-def _columns(table_dir: str, seq: int) -> dict[str, tuple[str, bool]] | None:
+def _columns(store: FileStore, table_dir: str, seq: int) -> dict[str, tuple[str, bool]] | None:
     """The columns of a table's files not yet at ``seq`` (None: no such file)."""
     import pyarrow.parquet as pq
 
     columns: dict[str, tuple[str, bool]] = {}
     found = False
-    for _, path in partition_files(table_dir):
-        file_schema = pq.read_schema(path)
+    for _, path in partition_files(store, table_dir):
+        filesystem, inner = store.arrow(path)
+        file_schema = pq.read_schema(inner, filesystem=filesystem)
         if int((file_schema.metadata or {}).get(META, b"-1")) >= seq:
             continue
         found = True
@@ -163,23 +164,28 @@ def _columns(table_dir: str, seq: int) -> dict[str, tuple[str, bool]] | None:
     return columns if found else None
 
 
-def _delete(table_dir: str, seq: int) -> None:
+def _delete(store: FileStore, table_dir: str, seq: int) -> None:
     """Delete a table's files stamped below ``seq``; then empty directories."""
-    for _, path in partition_files(table_dir):
-        if file_sequence(path) < seq:
-            os.remove(path)
-            _prune(os.path.dirname(path))
-    _prune(table_dir)
+    for _, path in partition_files(store, table_dir):
+        if file_sequence(store, path) < seq:
+            store.remove(path)
+            _prune(store, _parent(path))
+    _prune(store, table_dir)
 
 
-def _prune(folder: str) -> None:
-    """Remove ``folder`` when it holds nothing but temporary files."""
-    if os.path.isdir(folder) and all(n.startswith(".tmp-") for n in os.listdir(folder)):
-        shutil.rmtree(folder, ignore_errors=True)
+def _parent(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0]
+
+
+def _prune(store: FileStore, folder: str) -> None:
+    """Remove ``folder`` when it holds nothing but temporary (dot) files."""
+    if store.exists(folder) and not store.glob(store.join(folder, "*")):
+        store.rmtree(folder)
 
 
 def _rewrite(
     mirror: ParquetMirror,
+    store: FileStore,
     change: ChangeRow,
     source: tuple[str, str],
     dest: tuple[str, str],
@@ -194,32 +200,33 @@ def _rewrite(
     seq = change.sequence
     lenient = DdlMode(mirror.config.ddl) is DdlMode.LENIENT
     src_dir, dst_dir = mirror.table_path(*source), mirror.table_path(*dest)
-    todo = [(v, p) for v, p in partition_files(src_dir) if file_sequence(p) < seq]
+    todo = [(v, p) for v, p in partition_files(store, src_dir) if file_sequence(store, p) < seq]
     if not todo:
         return
-    tables = [(v, p, _reshape(_read(p), tdef, found, lenient, change)) for v, p in todo]
+    tables = [(v, p, _reshape(_read(store, p), tdef, found, lenient, change)) for v, p in todo]
     if found.regroup:
         whole = pa.concat_tables([t for _, _, t in tables], promote_options="permissive")
         groups = _regroup(mirror, dest, tdef, whole)
     else:
         groups = {value: table for value, _, table in tables}
     for value, table in groups.items():
-        path = os.path.join(dst_dir, f"mirror_part={value}", DATA)
-        if src_dir != dst_dir and os.path.exists(path) and file_sequence(path) >= seq:
+        path = store.join(dst_dir, f"mirror_part={value}", DATA)
+        if src_dir != dst_dir and store.exists(path) and file_sequence(store, path) >= seq:
             continue  # moved already (a replay): the rows there are newer
-        _write(path, table, seq)
-    written = {os.path.join(dst_dir, f"mirror_part={v}", DATA) for v in groups}
+        _write(store, path, table, seq)
+    written = {store.join(dst_dir, f"mirror_part={v}", DATA) for v in groups}
     for _, path, _ in tables:
         if path not in written:
-            os.remove(path)
-            _prune(os.path.dirname(path))
-    _prune(src_dir)
+            store.remove(path)
+            _prune(store, _parent(path))
+    _prune(store, src_dir)
 
 
-def _read(path: str) -> pyarrow.Table:
+def _read(store: FileStore, path: str) -> pyarrow.Table:
     import pyarrow.parquet as pq
 
-    return pq.read_table(path)
+    filesystem, inner = store.arrow(path)
+    return pq.read_table(inner, filesystem=filesystem)
 
 
 def _reshape(
@@ -329,11 +336,13 @@ def _image_value(value: Any) -> Any:
     return value
 
 
-def _write(path: str, table: pyarrow.Table, seq: int) -> None:
+def _write(store: FileStore, path: str, table: pyarrow.Table, seq: int) -> None:
     import pyarrow.parquet as pq
 
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".tmp-{uuid.uuid4().hex}.parquet")
-    pq.write_table(table.replace_schema_metadata({META: str(seq).encode()}), tmp)
-    os.replace(tmp, path)
+    folder = _parent(path)
+    store.makedirs(folder)
+    tmp = store.join(folder, f".tmp-{uuid.uuid4().hex}.parquet")
+    filesystem, inner = store.arrow(tmp)
+    stamped = table.replace_schema_metadata({META: str(seq).encode()})
+    pq.write_table(stamped, inner, filesystem=filesystem)
+    store.replace(tmp, path)

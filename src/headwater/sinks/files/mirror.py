@@ -63,6 +63,12 @@ log = logging.getLogger(__name__)
 PartKey = tuple[str, str, str]  # database, table, partition value
 _META = b"headwater.max_sequence"
 _RULES = ValueRules(zero_dates="null", text_bytes=False)
+#: A micro-batch with schema changes and at most this many rows is applied on the driver
+#: (one Spark job per stretch between statements costs more than the rows).
+DRIVER_ROWS = 50_000
+#: The database of the routing key that carries a DDL change to every shard (no real
+#: database name holds a NUL).
+_DDL = "\x00ddl"
 
 
 def arrow_type(col: Column) -> pyarrow.DataType:
@@ -119,10 +125,15 @@ class ParquetMirror:
         return urllib.parse.quote(text, safe="")
 
     def route(self, rows: Iterable[Any]) -> Iterator[tuple[PartKey, ChangeRow]]:
-        """``(partition, change)`` for each partition a change touches (DDL skipped)."""
+        """``(partition, change)`` for each partition a change touches; a DDL change goes
+        to every shard (``(_DDL, "", shard)``), unless ``ddl: ignore`` (skipped)."""
+        ignore = DdlMode(self.config.ddl) is DdlMode.IGNORE
         for raw in rows:
             change = as_change(raw)
             if change.op == "ddl":
+                if not ignore:
+                    for shard in range(self.config.shards):
+                        yield (_DDL, "", str(shard)), change
                 continue
             parts = {self.part_of(change, img) for img in (change.before, change.after) if img}
             for part in sorted(parts):
@@ -131,43 +142,42 @@ class ParquetMirror:
     # -- entry points -----------------------------------------------------------------------
 
     def write_batch(self, df: DataFrame, batch_id: int) -> None:
-        """Rewrite the partitions the batch touches, one Spark task per group of them;
-        schema changes on the driver, in order between the row changes around them."""
+        """Rewrite the partitions the batch touches, one Spark task per group of them.
+
+        Schema changes apply in order between the rows around them, as the SQL sinks'
+        glue does: each task applies its partitions' changes before the batch's first
+        schema change and returns that change; the driver applies it
+        (:mod:`headwater.sinks.files.evolve`). The rest of the batch then goes on the
+        driver (:meth:`apply_changes`) when it holds at most :data:`DRIVER_ROWS` changes,
+        else through the same loop again."""
         from pyspark.sql import functions as F
 
-        if DdlMode(self.config.ddl) is DdlMode.IGNORE:
-            self._write_rows(df)
-            return
-        ddl = [as_change(r) for r in df.filter(F.col("op") == "ddl").collect()]
-        changes = self._schema_changes(ddl, batch_id)
-        if not changes:
-            self._write_rows(df)
-            return
-        df = df.persist()
-        try:
-            low = -1
-            for change, scope in changes:
-                seq = F.col("sequence")
-                self._write_rows(df.filter((seq > low) & (seq < change.sequence)))
+        low: int | None = None
+        while True:
+            segment = df if low is None else df.filter(F.col("sequence") > low)
+            # an error a retry cannot fix comes back as data and is raised here
+            # (sinks.failfast), others fail the task (Spark retries it)
+            results = raise_failed(
+                segment.rdd.mapPartitions(self.route)
+                .partitionBy(self.config.shards, _stable_part)
+                .mapPartitions(functools.partial(catch_terminal(_apply_partitions), self))
+                .collect()
+            )
+            stops = [r for r in results if isinstance(r, ChangeRow)]
+            if not stops:
+                return
+            stop = min(stops, key=lambda c: c.sequence)
+            for change, scope in self._schema_changes([stop], batch_id):
                 self._schema_change(change, scope, batch_id)
-                low = change.sequence
-            self._write_rows(df.filter(F.col("sequence") > low))
-        finally:
-            df.unpersist()
-
-    def _write_rows(self, df: DataFrame) -> None:
-        results = (
-            df.rdd.mapPartitions(self.route)
-            .partitionBy(self.config.shards, _stable_part)
-            .mapPartitions(functools.partial(catch_terminal(_apply_partitions), self))
-            .collect()
-        )
-        # counts of rewritten partitions; an error a retry cannot fix comes back as data
-        # and is raised here (sinks.failfast), others fail the task (Spark retries it)
-        raise_failed(results)
+            low = stop.sequence
+            if sum(r for r in results if isinstance(r, int)) <= DRIVER_ROWS:
+                rest = df.filter(F.col("sequence") > low).collect()
+                self.apply_changes(rest, batch_id)
+                return
 
     def apply_changes(self, rows: Iterable[Any], batch_id: int = 0) -> int:
-        """The same without Spark; returns how many partitions were rewritten."""
+        """The same without Spark, in order on the driver; returns how many partitions
+        were rewritten."""
         changes = [as_change(r) for r in rows]
         done = 0
         pending: list[ChangeRow] = []
@@ -177,10 +187,10 @@ class ParquetMirror:
                 pending.append(change)
                 continue
             for _, scope in self._schema_changes([change], batch_id):
-                done += sum(_apply_partitions(self, self.route(pending)))
+                done += _rewrite_all(self, self.route(pending))
                 pending = []
                 self._schema_change(change, scope, batch_id)
-        return done + sum(_apply_partitions(self, self.route(pending)))
+        return done + _rewrite_all(self, self.route(pending))
 
     def _schema_changes(
         self, ddl: Iterable[ChangeRow], batch_id: int
@@ -253,7 +263,7 @@ class ParquetMirror:
                         ev.position,
                     )
                 events.append(ev)
-        fields = self._fields(tdef, current.schema if os.path.exists(path) else None)
+        fields = self._fields(part, tdef, current.schema if os.path.exists(path) else None)
         convert = {c.name: _arrow_converter(c, fields[c.name]) for c in tdef.columns}
         for effect in collapse(events):
             typed_key = tuple(convert[c](effect.key[c]) for c in tdef.primary_key)
@@ -273,12 +283,25 @@ class ParquetMirror:
         store.replace(tmp, path)
         return True
 
-    def _fields(self, tdef: TableDef, have: pyarrow.Schema | None) -> dict[str, Any]:
+    def _fields(self, part: PartKey, tdef: TableDef, have: pyarrow.Schema | None) -> dict[str, Any]:
         """The file's columns: ``tdef``'s with their Arrow types; under ``lenient`` a
         column the file has keeps its type (a narrowing is not applied) and columns
-        ``tdef`` lacks (dropped by the source) stay."""
+        ``tdef`` lacks (dropped by the source) stay. A new file under ``lenient`` takes
+        them from another file of the table, so the table's files agree."""
         fields = {c.name: arrow_type(c) for c in tdef.columns}
-        if have is None or DdlMode(self.config.ddl) is not DdlMode.LENIENT:
+        if DdlMode(self.config.ddl) is not DdlMode.LENIENT:
+            return fields
+        if have is None:
+            import pyarrow.parquet as pq
+
+            from headwater.sinks.files.evolve import partition_files
+
+            store = store_for(self.config.path)
+            siblings = partition_files(store, self.table_path(part[0], part[1]))
+            if siblings:
+                filesystem, inner = store.arrow(siblings[0][1])
+                have = pq.read_schema(inner, filesystem=filesystem)
+        if have is None:
             return fields
         for f in have:
             fields[f.name] = f.type
@@ -347,14 +370,44 @@ def _string() -> Any:
 
 
 def _stable_part(part: PartKey) -> int:
+    if part[0] == _DDL:
+        return int(part[2])  # the shard itself (route sends DDL to every shard)
     return int(crc32c("\x00".join(part).encode("utf-8", "surrogateescape")))
 
 
 def _apply_partitions(
     mirror: ParquetMirror, pairs: Iterable[tuple[PartKey, ChangeRow]]
-) -> Iterator[int]:
+) -> Iterator[int | ChangeRow]:
+    """One task: its partitions' changes up to the batch's first schema change (every
+    task sees every DDL change), then that change for the driver; also how many
+    changes the task holds beyond it (ints: the driver sums them)."""
+    groups: dict[PartKey, list[ChangeRow]] = {}
+    stop: ChangeRow | None = None
+    for part, change in pairs:
+        if part[0] != _DDL:
+            groups.setdefault(part, []).append(change)
+        elif (stop is None or change.sequence < stop.sequence) and mirror._schema_changes(
+            [change], 0
+        ):
+            stop = change
+    limit = stop.sequence if stop is not None else None
+    later = 0
+    for part, changes in groups.items():
+        if limit is not None:
+            later += sum(1 for c in changes if c.sequence > limit)
+            changes = [c for c in changes if c.sequence < limit]
+        if changes:
+            mirror.rewrite(part, changes)
+    yield later
+    if stop is not None:
+        yield stop
+
+
+def _rewrite_all(mirror: ParquetMirror, pairs: Iterable[tuple[PartKey, ChangeRow]]) -> int:
+    """Apply changes routed by :meth:`ParquetMirror.route` that hold no schema change;
+    how many partitions were rewritten."""
     groups: dict[PartKey, list[ChangeRow]] = {}
     for part, change in pairs:
-        groups.setdefault(part, []).append(change)
-    for part, changes in groups.items():
-        yield int(mirror.rewrite(part, changes))
+        if part[0] != _DDL:
+            groups.setdefault(part, []).append(change)
+    return sum(mirror.rewrite(part, changes) for part, changes in groups.items())
