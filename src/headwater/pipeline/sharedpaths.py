@@ -12,9 +12,11 @@ a path at start instead, by trying it both ways:
 3. the driver reads every executor's probe file.
 
 Any miss is a :class:`~headwater.errors.ConfigError` naming the sink section, the path
-and the hosts that do not share it. Local masters are one machine: nothing to check.
-Probe files are removed afterwards (best effort), and their names start with ``_`` so
-that Spark and DuckDB globbing skip them if one is left behind.
+and the hosts that do not share it. A URI of a Hadoop-style store (``hdfs://``,
+``s3a://``) is not probed: it is one store for every machine; ``file://`` is. Local
+masters are one machine: nothing to check. Probe files are removed afterwards (best
+effort), and their names start with ``_`` so that Spark and DuckDB globbing skip them if
+one is left behind.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +32,7 @@ from headwater.errors import ConfigError
 from headwater.pipeline.config import PipelineConfig
 from headwater.pipeline.sinks import sink_context
 from headwater.sinks import SINKS
+from headwater.sinks.files.fs import is_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,6 +53,13 @@ def shared_dirs(config: PipelineConfig) -> list[tuple[str, int, str]]:
             continue
         field = factory.capabilities.shared_dir
         value = dict(section.fields).get(field) if field else None
+        if value and is_uri(str(value)):
+            # a Hadoop-style store (hdfs://, s3a://) is the same for every machine; a
+            # file:// URI is a local path like any other (headwater.sinks.files.fs)
+            url = urllib.parse.urlsplit(str(value))
+            if url.scheme != "file":
+                continue
+            value = url.path
         if value:
             out.append((section.path, section.line, str(context.path(value))))
     return out

@@ -129,7 +129,15 @@ class HadoopStore:
         jvm: Any = spark._jvm  # (py4j: how PySpark itself reaches the JVM)
         self._path = jvm.org.apache.hadoop.fs.Path
         conf = spark._jsc.hadoopConfiguration()
-        self._fs = self._path(root).getFileSystem(conf)
+        fs = self._path(root).getFileSystem(conf)
+        if fs.getScheme() == "file":
+            # Hadoop's local file system is a ChecksumFileSystem: it keeps a ".<name>.crc"
+            # beside each file it writes and renames it along. Published files go without
+            # one (it stays in staging): a later rewrite by pyarrow (the mirror, the
+            # Spark-free writer) would leave it stale, and Spark then refuses the file
+            # (ChecksumException; org.apache.hadoop.fs.ChecksumFileSystem#getChecksumFile).
+            fs = fs.getRawFileSystem()
+        self._fs = fs
 
     def join(self, *parts: str) -> str:
         return _uri_join(*parts)
