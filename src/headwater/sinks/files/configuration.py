@@ -1,7 +1,8 @@
 """Options of the Parquet sinks: :class:`ParquetLogConfig`, :class:`MirrorConfig`.
 
-Paths are local (or shared POSIX) directories: publishing relies on ``os.replace`` being
-atomic within one file system.
+A ``path`` is a local or shared POSIX directory or a URI of a Hadoop-style store
+(``file://``, ``hdfs://``, ``s3a://``): :mod:`headwater.sinks.files.fs` publishes through
+it and says what is atomic on which store.
 """
 
 from __future__ import annotations
