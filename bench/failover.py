@@ -189,6 +189,12 @@ def main() -> None:
                 first = 10_000_000
                 steady = threading.Thread(target=load, args=(server, args.rate, stop, first))
                 wait_for("3 members", lambda: len(cluster_view(zk, "shop")["members"]) == 3, 60)
+
+                def caught_up() -> bool:  # the last restarted member has copied the log
+                    docs = cluster_view(zk, "shop")["members"].values()
+                    return all(d.get("lag") == 0 for d in docs if d.get("role") == "follower")
+
+                wait_for("the followers to catch up", caught_up, 60)
                 t0, g0 = time.monotonic(), gtid_seq(server)
                 steady.start()
                 lags: list[int] = []

@@ -233,6 +233,9 @@ def test_three_readers_survive_leader_kills_and_a_pause(
             return len(docs) == 3 and seqs == {consumer.next_seq - 1}
 
         wait_for(members_caught_up, 30, "every follower to reach the leader's end")
+        # the SIGKILLed leaders were deposed (their APIs refused), not waited out
+        deposed = json.loads(zk.get(f"{task_root('shop')}/deposed")[0])
+        assert deposed["epoch"] in {e for e, _first in cluster_view(zk, "shop")["epochs"]}
         _check_info_and_status(members, zk, zookeeper, consumer.next_seq - 1)
         failed = False
     finally:
