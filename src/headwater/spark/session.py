@@ -18,15 +18,27 @@ two cores. When the workers run this very interpreter, which has the same PySpar
 installed (pip), :func:`build_session` points ``PYSPARK_PYTHON`` at a small launcher that
 drops those two zips from ``PYTHONPATH`` and runs this interpreter, so workers import
 PySpark from site-packages with its cached bytecode.
+
+The JVM's terminal output (:func:`start_jvm`). The JVM that ``getOrCreate`` would start
+writes to the terminal before any log level applies: the launcher's ``WARNING:
+Using incubator modules``, Spark's ``Using Spark's default log4j profile`` and ``Setting
+default log level`` lines, log4j's start-up warnings (loopback host name, native-hadoop).
+:func:`build_session` starts the JVM itself (PySpark's ``launch_gateway``, the same
+``spark-submit`` command) with its standard error on a pipe that a thread reads into the
+logger ``headwater.spark.jvm``: those known start-up lines at DEBUG (shown with
+``--log-level debug``), log4j lines at their own level, anything else at WARNING.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import re
 import shlex
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +53,7 @@ __all__ = [
     "is_local",
     "session_conf",
     "spark_log_level",
+    "start_jvm",
     "worker_launcher",
 ]
 
@@ -112,12 +125,65 @@ def build_session(
         python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         if python == sys.executable:
             os.environ["PYSPARK_PYTHON"] = str(worker_launcher())
+    settings = session_conf(master, shuffle_partitions=shuffle_partitions, conf=conf)
+    start_jvm(master, app_name, settings)
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in session_conf(
-        master, shuffle_partitions=shuffle_partitions, conf=conf
-    ).items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+_jvm_log = logging.getLogger("headwater.spark.jvm")
+
+#: What every JVM start prints and nobody needs to read (module docstring).
+_START_UP_NOISE = re.compile(
+    r"WARNING: Using incubator modules"
+    r"|resolves to a loopback address"
+    r"|Set SPARK_LOCAL_IP if you need to bind"
+    r"|NativeCodeLoader: Unable to load native-hadoop"
+    r"|Using Spark's default log4j profile"
+    r"|Setting default log level to"
+    r"|To adjust logging level use sc.setLogLevel"
+    r"|ResolveWriteToStream: spark.sql.adaptive.enabled is not supported in streaming"
+)
+#: A log4j line of Spark's default layout: ``26/11/24 07:31:02 WARN Utils: ...``.
+_LOG4J = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
+_LEVELS = {"TRACE": 5, "DEBUG": 10, "INFO": 20, "WARN": 30, "ERROR": 40, "FATAL": 50}
+
+
+def _jvm_line_level(line: str) -> int:
+    if _START_UP_NOISE.search(line):
+        return logging.DEBUG
+    match = _LOG4J.match(line)
+    return logging.WARNING if match is None else _LEVELS[match.group(1)]
+
+
+def _forward(fd: int) -> None:
+    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            text = line.rstrip("\n")
+            if text:
+                _jvm_log.log(_jvm_line_level(text), "%s", text)
+
+
+def start_jvm(master: str, app_name: str, settings: Mapping[str, str]) -> None:
+    """Start Spark's JVM (as ``getOrCreate`` would, with the same settings) with its
+    standard error on a pipe that a daemon thread logs (module docstring); nothing when
+    this process has a JVM already."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
+    conf.setAll(list(settings.items()))
+    read_fd, write_fd = os.pipe()
+    threading.Thread(target=_forward, args=(read_fd,), name="headwater-jvm", daemon=True).start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_fd})  # type: ignore[no-untyped-call]
+    finally:
+        os.close(write_fd)  # the JVM has its own copy
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 _LAUNCHER = """#!/bin/sh
