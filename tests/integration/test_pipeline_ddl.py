@@ -9,32 +9,48 @@ and ``CREATE USER ... IDENTIFIED BY`` with a known password. One pipeline run ca
 sinks: MariaDB and PostgreSQL under ``evolve`` (afterwards ``headwater verify`` exits 0 for
 every table on both) and under ``lenient`` (the rows equal the source's on the columns
 they share). The unrelated target database is untouched, no account is created, and the
-password is in no file of the reader's directory or the pipeline's checkpoint, nor in any
-log record.
+password is in no file of the reader's directory, the pipeline's checkpoint or Spark's
+local directories (zstd frames decompressed too), in no log record of the reader, in
+nothing the pipeline process printed (its Python logging at debug level, Spark's log4j
+output and its Python workers' stderr), and in no response of the reader's HTTP API:
+every record fetched as json, raw, protobuf and raw+protobuf, with and without a tables
+filter (raw payloads and base64 fields decoded), ``/v1/info``, ``/v1/decoding`` (the
+schema history it carries decoded), ``/metrics``, ``/console`` and ``/healthz``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import logging
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
-from pyspark.sql import SparkSession
+import zstandard
 
 from headwater.cli.main import main
 from headwater.config import FilterConfig
+from headwater.reader.serving import LiveTaskHandle
 from headwater.sandbox import MariadbSandbox
-from tests.integration.test_pipeline_e2e import run_available_now
+from headwater.server import ServerOptions, pb
+from headwater.server.app import HeadwaterServer
+from tests.integration.server_support import Http
 from tests.integration.test_reader_capture import Running, source_config, start_at, wait_caught_up
+from tests.integration.test_reader_secrets import _found_in_files
 
 pytestmark = pytest.mark.integration
 
 PASSWORD = "Known-PW-K-4412-zq"
 ACCOUNT = "hw_evil_k"
+TOKEN = "token-of-the-ddl-e2e-test"
 
 
 class Tables:
@@ -136,6 +152,71 @@ def _created_databases(server: MariadbSandbox) -> int:
     return int(server.query("SHOW GLOBAL STATUS LIKE 'Com_create_db'")[0][1])
 
 
+def _holds(data: bytes, needle: bytes) -> bool:
+    """Whether ``data`` holds ``needle``: as is, in a zstd frame inside it, or, for a JSON
+    document, in any string of it read as base64 (raw payloads, the schema history)."""
+    if needle in data:
+        return True
+    start = data.find(b"\x28\xb5\x2f\xfd")
+    while start >= 0:
+        with contextlib.suppress(zstandard.ZstdError):  # bytes that only look like one
+            if needle in zstandard.ZstdDecompressor().decompressobj().decompress(data[start:]):
+                return True
+        start = data.find(b"\x28\xb5\x2f\xfd", start + 1)
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return any(_holds(blob, needle) for blob in _base64_strings(doc))
+
+
+def _base64_strings(doc: Any) -> Iterator[bytes]:
+    if isinstance(doc, dict):
+        for value in doc.values():
+            yield from _base64_strings(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            yield from _base64_strings(value)
+    elif isinstance(doc, str) and len(doc) >= 16:
+        with contextlib.suppress(binascii.Error, ValueError):
+            yield base64.b64decode(doc, validate=True)
+
+
+def _api_responses(http: Http, db: str) -> dict[str, bytes]:
+    """Every record of the task through the API, in each format, with and without a
+    tables filter (DDL on), and the other endpoints: name -> response body."""
+    bodies: dict[str, bytes] = {}
+    for fmt in ("json", "raw", "protobuf", "raw+protobuf"):
+        for tables in (None, [f"{db}.*"], [f"{db}.d"]):
+            checkpoint = http.subscribe(task="src", format=fmt, tables=tables, ddl=True)
+            for page in range(1000):
+                reply = http.post(
+                    "/v1/fetch", {"checkpoint": checkpoint, "max_rows": 200, "timeout_ms": 0}
+                )
+                assert reply.status == 200, reply.body
+                bodies[f"fetch {fmt} {tables} #{page}"] = reply.body
+                if fmt.endswith("protobuf"):
+                    doc = pb.FetchResponse()
+                    doc.ParseFromString(reply.body)
+                    items, more, checkpoint = (
+                        len(doc.rows) + len(doc.records),
+                        doc.more,
+                        doc.checkpoint,
+                    )
+                else:
+                    found = reply.json()
+                    items = len(found.get("rows", found.get("records")))
+                    more, checkpoint = found["more"], found["checkpoint"]
+                if not items and not more:
+                    break
+    bodies["info"] = http.get("/v1/info").body
+    bodies["metrics"] = http.get("/metrics").body
+    bodies["decoding"] = http.post("/v1/decoding", {"task": "src"}).body
+    bodies["console"] = http.get("/console").body
+    bodies["healthz"] = http.get("/healthz").body
+    return bodies
+
+
 def _config(
     path: Path, task_dir: Path, db: str, target: MariadbSandbox, pg: dict[str, Any]
 ) -> Path:
@@ -160,6 +241,7 @@ def _config(
     path.write_text(
         f"name: ddl_e2e\nsource:\n  path: {task_dir}\n  tables: ['{db}.*']\n"
         f"checkpoint: {path.parent / 'ck'}\nprogress: 1\n"
+        f"spark: {{master: 'local[2]', conf: {{spark.local.dir: '{path.parent / 'spark'}'}}}}\n"
         "sinks:\n"
         + mysql(f"{db}_ev", "evolve")
         + postgres(f"{db}_ev", "evolve")
@@ -189,7 +271,6 @@ def capture(mariadb: MariadbSandbox, db: str, tmp_path: Path) -> Iterator[tuple[
 
 
 def test_schema_changes_reach_mariadb_and_postgres_in_scope_only(
-    spark: SparkSession,
     mariadb: MariadbSandbox,
     mariadb_target: MariadbSandbox,
     postgres: dict[str, Any],
@@ -256,7 +337,16 @@ def test_schema_changes_reach_mariadb_and_postgres_in_scope_only(
 
     config = _config(tmp_path / "pipeline.yaml", task_dir, db, mariadb_target, postgres)
     created_before = _created_databases(mariadb_target)
-    run_available_now(spark, config)
+    # The pipeline runs as `headwater pipeline run` would, its output kept for the grep
+    # below: Python logging at debug, Spark's log4j (local mode: this process's stderr),
+    # and its Python workers' stderr (inherited from the JVM).
+    pipeline = subprocess.run(
+        [sys.executable, "-m", "headwater.cli.main", "pipeline", "run", "--config",
+         str(config), "--available-now", "--log-level", "debug"],
+        capture_output=True, timeout=280, check=False,
+    )  # fmt: skip
+    assert pipeline.returncode == 0, pipeline.stderr.decode(errors="replace")[-4000:]
+    assert b"schema change at sequence" in pipeline.stderr  # the debug log is in there
     # Databases are created when missing, not before each batch: the three checkpoint
     # databases, the three targets, at most the DDL's own once more.
     assert _created_databases(mariadb_target) - created_before <= 8
@@ -300,13 +390,29 @@ def test_schema_changes_reach_mariadb_and_postgres_in_scope_only(
     assert mariadb_target.query("SELECT COUNT(*) FROM mysql.user WHERE user = %s", (ACCOUNT,)) == [
         (0,)
     ]
-    found = [
-        p
-        for root in (task_dir, tmp_path / "ck")
-        for p in root.rglob("*")
-        if p.is_file() and PASSWORD.encode() in p.read_bytes()
-    ]
-    assert found == []
+    secret = PASSWORD.encode()
+    # The source logged the password in clear (the premise of the checks) ...
+    binlogs = [mariadb.binlog_path(f) for (f, *_rest) in mariadb.query("SHOW BINARY LOGS")]
+    assert any(secret in p.read_bytes() for p in binlogs)
+    # ... no file of the reader, of the pipeline's checkpoint or of Spark's local
+    # directories holds it, nothing logged or printed does, no API response does.
+    assert (tmp_path / "spark").is_dir()
+    for root in (task_dir, tmp_path / "ck", tmp_path / "spark"):
+        assert _found_in_files(root, secret) == [], root
+    assert all(PASSWORD not in r.getMessage() for r in caplog.records)
+    assert not _holds(pipeline.stdout, secret) and not _holds(pipeline.stderr, secret)
+    server = HeadwaterServer(
+        {"src": LiveTaskHandle.of(running.task)}, ServerOptions(token=TOKEN, fetch_workers=0)
+    ).start()
+    try:
+        bodies = _api_responses(Http(server.url, token=TOKEN), db)
+    finally:
+        server.close()
+    # The fetches saw the statements (decoded and raw), so a password among them would show.
+    assert any(b"ADD COLUMN c4" in b for n, b in bodies.items() if n.startswith("fetch json "))
+    assert any(b"ADD COLUMN c4" in b for n, b in bodies.items() if n.startswith("fetch protob"))
+    leaks = [name for name, body in bodies.items() if _holds(body, secret)]
+    assert leaks == []
     assert all(PASSWORD not in r.getMessage() for r in caplog.records)
     mariadb_target.execute(
         f"DROP DATABASE IF EXISTS `{other}`",
