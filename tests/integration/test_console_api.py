@@ -1,0 +1,123 @@
+"""The console's HTTP side on a real server: authentication (bearer, and Basic for
+browsers), pipeline reports (validation naming the field, staleness, status files), and
+the page's task rows."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headwater.server import ServerOptions, TaskHandle
+from headwater.server.app import HeadwaterServer
+from headwater.store import ChangeLog
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "console-api-token"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[HeadwaterServer]:
+    log = ChangeLog.open(str(tmp_path / "log"))
+    status = {"state": "failed", "error": "source gone", "position": "0:1:4:0", "lag_s": 2.5}
+    tasks = {"shop": TaskHandle(log=log, status=status)}
+    with HeadwaterServer(tasks, ServerOptions(token=TOKEN, fetch_workers=0)).start() as s:
+        yield s
+    log.close()
+
+
+def request(
+    server: HeadwaterServer, method: str, path: str, auth: str | None, body: Any = None
+) -> tuple[int, dict[str, str], bytes]:
+    host, port = server.address
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    headers = {"Authorization": auth} if auth else {}
+    data = None if body is None else json.dumps(body).encode()
+    conn.request(method, path, body=data, headers=headers)
+    response = conn.getresponse()
+    out = response.status, dict(response.getheaders()), response.read()
+    conn.close()
+    return out
+
+
+def basic(password: str) -> str:
+    return "Basic " + base64.b64encode(f"ops:{password}".encode()).decode()
+
+
+def report(**fields: Any) -> dict[str, Any]:
+    return {"name": "orders", "state": "running", "interval_s": 1.0, **fields}
+
+
+def test_console_asks_a_browser_for_the_token_and_takes_it_as_basic_password(
+    server: HeadwaterServer,
+) -> None:
+    status, headers, _ = request(server, "GET", "/console", None)
+    assert status == 401 and headers["WWW-Authenticate"] == 'Basic realm="headwater"'
+    assert request(server, "GET", "/console", basic("wrong"))[0] == 401
+    assert request(server, "GET", "/console", "Basic not-base64!")[0] == 401
+    status, headers, page = request(server, "GET", "/console", basic(TOKEN))
+    assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+    assert TOKEN.encode() not in page
+    assert b'<tr class="task red" data-task="shop">' in page  # failed, with its error
+    assert b'<td data-field="error">source gone</td>' in page
+    assert b'<td data-field="lag_seconds">2.50</td>' in page
+    # the API's own endpoints take Basic too, and still answer Bearer challenges
+    assert request(server, "GET", "/v1/info", basic(TOKEN))[0] == 200
+    assert request(server, "GET", "/v1/info", None)[1]["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ([1, 2], "body"),
+        (report(name="bad name!"), "name"),
+        (report(state="sleeping"), "state"),
+        (report(rows_per_s="fast"), "rows_per_s"),
+        (report(snapshot=[1]), "snapshot"),
+    ],
+)
+def test_a_bad_report_is_a_400_naming_the_field(
+    server: HeadwaterServer, body: Any, field: str
+) -> None:
+    status, _, answer = request(server, "POST", "/v1/pipelines", f"Bearer {TOKEN}", body)
+    assert status == 400 and json.loads(answer)["field"] == field
+    assert server.console.pipelines() == []
+
+
+def test_reports_without_the_token_are_refused(server: HeadwaterServer) -> None:
+    assert request(server, "POST", "/v1/pipelines", None, report())[0] == 401
+    assert request(server, "PUT", "/v1/pipelines", f"Bearer {TOKEN}", report())[0] == 405
+
+
+def test_a_pipeline_that_stops_reporting_turns_red_after_three_intervals(
+    server: HeadwaterServer,
+) -> None:
+    auth = f"Bearer {TOKEN}"
+    assert request(server, "POST", "/v1/pipelines", auth, report(lag_seconds=0.5))[0] == 200
+    [fresh] = json.loads(request(server, "GET", "/v1/pipelines", auth)[2])["pipelines"]
+    assert (fresh["name"], fresh["red"], fresh["why"]) == ("orders", False, [])
+    [later] = server.console.pipelines(now=time.time() + 3.2)
+    assert later["red"] and later["why"] == ["no report for 3 s"]
+    request(server, "POST", "/v1/pipelines", auth, report(lag_seconds=90, lag_warning_s=60))
+    [lagging] = server.console.pipelines()
+    assert lagging["why"] == ["lag over 60 s"]
+
+
+def test_status_files_of_local_pipelines_are_shown(server: HeadwaterServer, tmp_path: Path) -> None:
+    path = tmp_path / "ck" / "status.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(report(name="local", updated_at=time.time(), batches=7)))
+    server.console.watch_status_file(path)
+    server.console.watch_status_file(tmp_path / "missing" / "status.json")
+    names = {p["name"]: p for p in server.console.pipelines()}
+    assert names["local"]["batches"] == 7 and not names["local"]["red"]
+    assert names["missing"]["state"] == "unknown" and names["missing"]["red"]
+    page = request(server, "GET", "/console", basic(TOKEN))[2].decode()
+    assert '<tr class="pipeline ok" data-pipeline="local">' in page
