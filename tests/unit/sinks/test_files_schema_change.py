@@ -277,3 +277,42 @@ def test_mirror_ddl_setting_parses_like_the_sql_sinks(
     )
     context = SinkContext("p", tmp_path, schema=HISTORY)
     assert parse_mirror(section, context).ddl is expected
+
+
+@pytest.mark.parametrize("mode", [DdlMode.EVOLVE, DdlMode.LENIENT])
+def test_a_uri_path_gives_the_same_mirror_as_a_plain_one(tmp_path: Path, mode: DdlMode) -> None:
+    # file:// goes through pyarrow.fs (sinks/files/fs.py), as hdfs:// or s3:// would
+    for n, (history, rows, tables) in enumerate(
+        [(HISTORY, workload(), ["t"]), (table_history(), table_workload(), ["t", "t2", "u"])]
+    ):
+        plain = mirror(tmp_path / f"plain{n}", mode, history, buckets=3)
+        where = tmp_path / f"uri{n}"
+        uri = ParquetMirror(MirrorConfig(f"file://{where}", history, buckets=3, ddl=mode))
+        plain.apply_changes(rows)
+        uri.apply_changes(rows)
+        uri.apply_changes(rows)  # a replay
+        read = mirror(where, mode, history, buckets=3)
+        for name in tables:
+            assert mirror_rows(read, name) == mirror_rows(plain, name), name
+
+
+def test_drop_database_removes_its_tables_under_evolve_only(tmp_path: Path) -> None:
+    history = History(((0, (T, U)), (10, ())))
+    rows = [*table_workload()[:6], ddl(10, "DROP DATABASE db")]
+    gone = mirror(tmp_path / "evolve", DdlMode.EVOLVE, history)
+    gone.apply_changes(rows)
+    assert mirror_rows(gone, "t") == ([], []) and mirror_rows(gone, "u") == ([], [])
+    kept = mirror(tmp_path / "lenient", DdlMode.LENIENT, history)
+    kept.apply_changes(rows)
+    assert len(mirror_rows(kept, "t")[1]) == 5 and len(mirror_rows(kept, "u")[1]) == 1
+
+
+def test_a_renamed_table_is_regrouped_into_the_new_tables_buckets(tmp_path: Path) -> None:
+    sink = mirror(tmp_path, DdlMode.EVOLVE, table_history(), buckets=5)
+    sink.apply_changes(table_workload()[:7])  # up to the rename
+    # Later changes of moved rows find them where the new name's hash puts them: an
+    # update of each, then reading, holds every key once.
+    updates = [change("update", 20 + n, "t2", {"id": n, "v": f"u{n}"}) for n in range(1, 6)]
+    sink.apply_changes(updates)
+    rows = mirror_rows(sink, "t2")[1]
+    assert [(r["id"], r["v"]) for r in rows] == [(n, f"u{n}") for n in range(1, 6)]

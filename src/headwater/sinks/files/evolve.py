@@ -122,7 +122,8 @@ def apply_schema_change(mirror: ParquetMirror, change: ChangeRow, scope: DdlScop
                  step.table)  # fmt: skip
         key = (step.database, step.table)
         if step.op == "drop_database":
-            for table_dir in sorted(store.glob(store.join(mirror.config.path, step.database, "*"))):
+            pattern = store.join(mirror.config.path, step.database, "*", "mirror_part=*", DATA)
+            for table_dir in sorted({p.rstrip("/").rsplit("/", 2)[0] for p in store.glob(pattern)}):
                 _delete(store, table_dir, seq)
         elif step.op in ("drop_table", "truncate"):
             _delete(store, mirror.table_path(step.database, step.table), seq)
@@ -178,8 +179,9 @@ def _parent(path: str) -> str:
 
 
 def _prune(store: FileStore, folder: str) -> None:
-    """Remove ``folder`` when it holds nothing but temporary (dot) files."""
-    if store.exists(folder) and not store.glob(store.join(folder, "*")):
+    """Remove ``folder`` when no file below it is data (temporary files start with a dot;
+    stores without directories list files only)."""
+    if store.exists(folder) and all(n.startswith(".") for _, n in store.files(folder)):
         store.rmtree(folder)
 
 
@@ -214,9 +216,9 @@ def _rewrite(
         if src_dir != dst_dir and store.exists(path) and file_sequence(store, path) >= seq:
             continue  # moved already (a replay): the rows there are newer
         _write(store, path, table, seq)
-    written = {store.join(dst_dir, f"mirror_part={v}", DATA) for v in groups}
-    for _, path, _ in tables:
-        if path not in written:
+    # (by partition value: a store's glob may spell paths otherwise than its join)
+    for value, path, _ in tables:
+        if src_dir != dst_dir or value not in groups:
             store.remove(path)
             _prune(store, _parent(path))
     _prune(store, src_dir)
