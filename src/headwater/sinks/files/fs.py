@@ -40,6 +40,8 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from headwater.errors import SinkError
+
 if TYPE_CHECKING:
     import pyarrow.fs
     from pyspark.sql import SparkSession
@@ -138,6 +140,7 @@ class HadoopStore:
             # (ChecksumException; org.apache.hadoop.fs.ChecksumFileSystem#getChecksumFile).
             fs = fs.getRawFileSystem()
         self._fs = fs
+        self._local = fs.getUri().getScheme() == "file"
 
     def join(self, *parts: str) -> str:
         return _uri_join(*parts)
@@ -153,14 +156,12 @@ class HadoopStore:
 
     def replace(self, src: str, dst: str) -> None:
         s, d = self._path(src), self._path(dst)
-        if self._fs.rename(s, d):
-            return
-        # HDFS (and Hadoop's local file system for some cases) does not rename over an
-        # existing file: delete it, then rename (module docstring)
-        if self._fs.exists(d):
+        if not self._local and self._fs.exists(d):
+            # HDFS and S3A do not rename over an existing file (false, or an exception):
+            # delete it first (module docstring); a local rename replaces it atomically
             self._fs.delete(d, False)
         if not self._fs.rename(s, d):
-            raise OSError(f"cannot rename {src} to {dst}")
+            raise SinkError(f"cannot publish {src} as {dst}: the file system refused the rename")
 
     def files(self, root: str) -> Iterator[tuple[str, str]]:
         base = self.normal(root).rstrip("/")
@@ -196,13 +197,21 @@ def _arrow_fs(scheme: str, netloc: str) -> pyarrow.fs.FileSystem:
 class ArrowStore:
     """URIs where there is no JVM: ``pyarrow.fs`` (module docstring)."""
 
-    def arrow(self, path: str) -> tuple[pyarrow.fs.FileSystem | None, str]:
-        """The pyarrow file system of ``path`` and the path within it."""
+    @staticmethod
+    def location(path: str) -> tuple[str, str, str]:
+        """``(scheme, authority, path within the file system)`` of a URI as pyarrow sees
+        it: an object store's bucket is part of the path; ``s3a`` is ``s3``."""
         url = urllib.parse.urlsplit(path)
         scheme = "s3" if url.scheme == "s3a" else url.scheme
         if scheme in ("s3", "gs", "gcs"):
-            return _arrow_fs(scheme, ""), f"{url.netloc}{url.path}"
-        return _arrow_fs(scheme, url.netloc), url.path or "/"
+            return scheme, url.netloc, f"{url.netloc}{url.path}"
+        return scheme, url.netloc, url.path or "/"
+
+    def arrow(self, path: str) -> tuple[pyarrow.fs.FileSystem | None, str]:
+        """The pyarrow file system of ``path`` (one per scheme and authority, cached) and
+        the path within it."""
+        scheme, authority, inner = self.location(path)
+        return _arrow_fs(scheme, authority), inner
 
     def join(self, *parts: str) -> str:
         return _uri_join(*parts)
