@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator
@@ -263,7 +262,7 @@ class ParquetMirror:
                         ev.position,
                     )
                 events.append(ev)
-        fields = self._fields(part, tdef, current.schema if os.path.exists(path) else None)
+        fields = self._fields(part, tdef, current.schema if exists else None)
         convert = {c.name: _arrow_converter(c, fields[c.name]) for c in tdef.columns}
         for effect in collapse(events):
             typed_key = tuple(convert[c](effect.key[c]) for c in tdef.primary_key)
