@@ -37,14 +37,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from headwater.changes import ChangeRow, decode_record
+from headwater.changes import ChangeRow, block_changes, decode_blocks
 from headwater.changes.sequence import ROW_BITS, sequence_of
 from headwater.client.decoded import answer_of
 from headwater.client.hashing import ShardHasher
-from headwater.client.transport import Readers, record_of
+from headwater.client.transport import FetchAhead, Readers, record_of
 from headwater.coordination import FencedError
 from headwater.coordination.checkpoints import CheckpointStore, GroupState
 from headwater.coordination.sqlstore import SqlStore
+from headwater.coordination.zk import DEFAULT_SESSION_TIMEOUT
 from headwater.errors import ConfigError, HeadwaterError
 from headwater.store import EARLIEST, AtSeq, Start
 
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 DECODES = ("client", "json", "protobuf")
 #: Seconds without progress of a shard with a full queue before the raw feed pauses it.
 PAUSE_AFTER = 1.0
+#: Changes the raw feed decodes before it hands them to the shards' queues.
+HANDOFF_ROWS = 1000
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class ConsumerOptions:
     ddl: bool = True
     token: str | None = None
     zookeeper: str | None = None
-    session_timeout: float = 6.0
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT
     fetch_records: int = 2000
     fetch_bytes: int = 8 << 20
     queue_rows: int = 20_000
@@ -482,15 +485,27 @@ class Consumer:
                 backoff = min(backoff * 2, 5.0)
 
     def _raw_feed(self) -> None:
-        self._retrying(self._raw_loop, "raw feed", self._running.is_set)
-
-    def _raw_loop(self) -> None:
         opts = self.options
+        fetches = FetchAhead(
+            lambda: Readers(self._urls, opts.task, token=opts.token),
+            max_rows=opts.fetch_records,
+            max_bytes=opts.fetch_bytes,
+            timeout_ms=1000,
+        )
+        try:
+            self._retrying(lambda: self._raw_loop(fetches), "raw feed", self._running.is_set)
+        finally:
+            fetches.close()
+
+    def _raw_loop(self, fetches: FetchAhead) -> None:
         readers = self.readers
         assert readers is not None  # set by start()
-        want = _table_filter(opts.tables)
         token: str | None = None
         at = -1
+
+        def interrupted() -> bool:  # a new shard to serve, or stop(): stop waiting
+            return self._assigned.is_set() or not self._running.is_set()
+
         while self._running.is_set():
             self._assigned.clear()  # the shards read next include any new one
             with self._lock:
@@ -502,39 +517,75 @@ class Consumer:
             if token is None or low < at:
                 token = readers.subscribe(AtSeq(low), format="raw", **self._filters())["checkpoint"]
                 at = low
-            answer = readers.fetch(
-                token, max_rows=opts.fetch_records, max_bytes=opts.fetch_bytes, timeout_ms=1000
-            )
-            per: dict[int, list[ChangeRow]] = {}
-            # the per-row loop is the SDK's hot path: _wants inlined, lookups hoisted
-            hasher, count, state = self._hash, opts.shards, self.state
-            previous = state is not None and bool(state.previous)
-            skip_ddl = not opts.ddl
-            for doc in answer["records"]:
-                record = record_of(doc)
-                for row in decode_record(
-                    record, source=opts.task, fde=self._fde, schema=self._schema, want=want
-                ):
-                    if skip_ddl and row.op == "ddl":
+            answer = fetches.take(token, interrupted)
+            if answer is None:
+                continue
+            nxt = answer["next"]
+            token, at = answer["checkpoint"], int(nxt["seq"])
+            fetches.ahead(token)  # the reader serves the next page while this one decodes
+            end = sequence_of(int(nxt["seq"]), int(nxt["row"]))
+            if not self._route(answer["records"], shards, end):
+                token = None  # broken off for a new shard: read again from the lowest
+
+    def _route(self, docs: list[Any], shards: dict[int, _Shard], end: int) -> bool:
+        """Decode the records of one fetch and queue each change on its shard, handing the
+        changes over every ``HANDOFF_ROWS`` (workers start before the page is decoded, and
+        a big page never delays a shard's first batch by its whole decoding time). Every
+        change of a shard below ``end`` is then queued, unless the shard was paused
+        (then it is left out of the rest of the page: its ``fed`` stays where it is).
+        False when broken off because a shard was assigned (the caller re-subscribes)."""
+        opts = self.options
+        source, fde, schema, want = opts.task, self._fde, self._schema, _table_filter(opts.tables)
+        live = dict(shards)
+        count, state, hasher = opts.shards, self.state, self._hash
+        previous = state is not None and bool(state.previous)
+        # the per-row loop is the SDK's hot path: hashes per block, lookups hoisted
+        lists: list[list[ChangeRow] | None] = [None] * count
+        feds = [0] * count
+        for number, shard in live.items():
+            lists[number], feds[number] = [], shard.fed
+        pending = 0
+        for doc in docs:
+            record = record_of(doc)
+            for block in decode_blocks(record, source=source, fde=fde, schema=schema, want=want):
+                changes = block_changes(record, block, source)
+                if block.op == "ddl":
+                    if not opts.ddl:
                         continue
-                    h = hasher(row)
-                    shard = shards.get(h % count)
-                    if shard is None or row.sequence < shard.fed:
+                    hashes = [hasher(changes[0])]
+                else:
+                    hashes = hasher.block(block)
+                for row, h in zip(changes, hashes, strict=True):
+                    number = h % count
+                    rows = lists[number]
+                    if rows is None or row.sequence < feds[number]:
                         continue
                     if previous and not state.wants(h, row.sequence):  # type: ignore[union-attr]
                         continue
-                    rows = per.get(shard.number)
-                    if rows is None:
-                        per[shard.number] = [row]
-                    else:
-                        rows.append(row)
-            nxt = answer["next"]
-            upto = sequence_of(int(nxt["seq"]), int(nxt["row"]))
-            for number, shard in shards.items():
-                rows = per.get(number, [])
-                if not shard.feed(rows, upto, opts.queue_rows, PAUSE_AFTER, self._assigned.is_set):
-                    shard.paused = True
-            token, at = answer["checkpoint"], int(nxt["seq"])
+                    rows.append(row)
+                    pending += 1
+            if pending >= HANDOFF_ROWS:
+                self._hand(live, lists, sequence_of(record.seq + 1, 0))
+                if self._assigned.is_set():
+                    return False
+                pending = 0
+        self._hand(live, lists, end)
+        return True
+
+    def _hand(
+        self, live: dict[int, _Shard], lists: list[list[ChangeRow] | None], upto: int
+    ) -> None:
+        """Queue ``lists[n]`` on each ``live`` shard ``n``, all of whose changes below
+        ``upto`` are in it, and empty the lists; a shard that cannot take them (flow
+        control) is paused and leaves ``live`` (its list becomes None)."""
+        limit, urgent = self.options.queue_rows, self._assigned.is_set
+        for number, shard in list(live.items()):
+            rows = lists[number] or []
+            lists[number] = []
+            if not shard.feed(rows, upto, limit, PAUSE_AFTER, urgent):
+                shard.paused = True
+                del live[number]
+                lists[number] = None
 
     def _unpaused(self, shards: dict[int, _Shard]) -> dict[int, _Shard]:
         """The shards the raw feed serves now. The feed waits for a full queue

@@ -17,7 +17,7 @@ from typing import Any
 
 from crc32c import crc32c
 
-from headwater.changes import ChangeRow
+from headwater.changes import ChangeBlock, ChangeRow
 from headwater.client.decoded import hash_values
 from headwater.server.sharding import key_values, stable_hash
 
@@ -47,16 +47,54 @@ class ShardHasher:
 
     def __call__(self, row: ChangeRow) -> int:
         prefix, columns = self._table(row.database, row.table)
-        values: list[Any] = key_values(row, columns)
+        return self._hash(prefix, key_values(row, columns), row.database, row.table)
+
+    def block(self, block: ChangeBlock) -> list[int]:
+        """``self(row)`` of each change of a rows block (not DDL), in ``block_changes``
+        order, computed from the block's value tuples: no image dict is read, and the
+        table's entry and the key's positions are looked up once per block."""
+        database, table, op = block.database, block.table, block.op
+        prefix, columns = self._table(database, table)
+        if columns is None and block.key_names is None:
+            return [int(prefix)] * len(block.rows)  # no key: no value parts
+        # the image a row's key comes from: after (insert, update), else before; a name
+        # given twice keeps its last value (as dict(zip(names, values)) does)
+        names = block.before_names if op == "delete" else block.after_names
+        where = {name: i for i, name in enumerate(names)}
+        wanted = tuple(dict.fromkeys(block.key_names)) if columns is None else columns  # type: ignore[arg-type]
+        at = [where.get(c) for c in wanted]
+        images = [r[1] for r in block.rows] if op == "update" else block.rows
+        if len(at) == 1 and at[0] is not None:  # one key column: the common case, inline
+            i = at[0]
+            out = []
+            for image in images:
+                value = image[i]
+                kind = type(value)
+                if kind is int:
+                    text = b"%d" % value
+                elif kind is str:
+                    text = value.encode("utf-8", "surrogateescape")
+                else:
+                    out.append(stable_hash(database, table, hash_values([value])))
+                    continue
+                out.append(int(crc32c(_LEN.pack(len(text)) + text, prefix)))
+            return out
+        return [
+            self._hash(prefix, [None if i is None else image[i] for i in at], database, table)
+            for image in images
+        ]
+
+    @staticmethod
+    def _hash(prefix: int, values: list[Any], database: str, table: str) -> int:
         parts: list[bytes] = []
         for value in values:
             kind = type(value)
             if kind is int:
-                text = str(value).encode("ascii")
+                text = b"%d" % value
             elif kind is str:
                 text = value.encode("utf-8", "surrogateescape")
             else:
-                return stable_hash(row.database, row.table, hash_values(values))
+                return stable_hash(database, table, hash_values(values))
             parts.append(_LEN.pack(len(text)))
             parts.append(text)
         return int(crc32c(b"".join(parts), prefix))

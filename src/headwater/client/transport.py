@@ -12,8 +12,10 @@ from __future__ import annotations
 import base64
 import http.client
 import logging
+import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -27,7 +29,7 @@ from headwater.store import EARLIEST, LATEST, AtSeq, AtTime, Record, Start
 # How long a request waits for a task that is starting (503 with Retry-After).
 STARTING_WAIT_S = 30.0
 
-__all__ = ["Readers", "start_request"]
+__all__ = ["FetchAhead", "Readers", "record_of", "start_request"]
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +172,87 @@ class Readers:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+class _Job:
+    __slots__ = ("answer", "done", "error", "token")
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.done = threading.Event()
+        self.answer: Any = None
+        self.error: BaseException | None = None
+
+
+class FetchAhead:
+    """``/v1/fetch`` of one stream, one request ahead of its consumer.
+
+    :meth:`take` returns the answer for a checkpoint token; :meth:`ahead` starts fetching
+    the next token in the background while the caller decodes the current answer, so the
+    reader (another process, often another machine) serves the next page meanwhile. A
+    request runs in its own daemon thread on a connection of a small pool (``make``
+    creates one when none is idle): a request that is no longer wanted (the stream
+    re-subscribed, or :meth:`take` was interrupted) is abandoned, never waited for, and
+    its connection returns to the pool when it ends. Not thread-safe: one caller.
+    """
+
+    def __init__(self, make: Callable[[], Readers], **fetch_args: Any) -> None:
+        self._make = make
+        self._args = fetch_args
+        self._idle: list[Readers] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pending: _Job | None = None
+
+    def ahead(self, token: str) -> None:
+        """Start fetching ``token`` (a request started before and not taken is dropped)."""
+        job = _Job(token)
+        self._pending = job
+        threading.Thread(target=self._run, args=(job,), name="consumer-fetch", daemon=True).start()
+
+    def take(self, token: str, interrupted: Callable[[], bool]) -> Any:
+        """The answer for ``token`` (fetched ahead, or now), or None as soon as
+        ``interrupted()`` (checked every 20 ms while waiting). Raises what the fetch raised."""
+        job = self._pending
+        if job is None or job.token != token:
+            self.ahead(token)
+            job = self._pending
+        assert job is not None
+        self._pending = None
+        while not job.done.wait(0.02):
+            if interrupted():
+                return None
+        if job.error is not None:
+            raise job.error
+        return job.answer
+
+    def _run(self, job: _Job) -> None:
+        with self._lock:
+            readers = self._idle.pop() if self._idle else None
+        try:
+            if readers is None:
+                readers = self._make()
+            job.answer = readers.fetch(job.token, **self._args)
+        except BaseException as e:  # handed to take(), in the caller's thread
+            job.error = e
+        finally:
+            job.done.set()
+            if readers is not None:
+                with self._lock:
+                    closed = self._closed
+                    if not closed:
+                        self._idle.append(readers)
+                if closed:
+                    readers.close()
+
+    def close(self) -> None:
+        """Close the idle connections; a request still running closes its own when done."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        self._pending = None
+        for readers in idle:
+            readers.close()
 
 
 def record_of(doc: Any) -> Record:
