@@ -184,3 +184,42 @@ def test_parquet_mirrors_follow_schema_changes_readable_by_spark_and_duckdb(
     # The change log holds every change row and the DDL rows of the pipeline's tables.
     log = spark.read.parquet(str(tmp_path / "log"))
     assert log.where("op = 'ddl'").count() >= 12
+
+
+@pytest.mark.parametrize(("driver_rows", "mode"), [(0, "evolve"), (50_000, "lenient")])
+def test_write_batch_applies_schema_changes_between_the_rows_around_them(
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    driver_rows: int,
+    mode: str,
+) -> None:
+    """One Spark micro-batch holding rows, column changes, a rename, a drop and a
+    re-created table equals the same changes applied one by one without Spark; with
+    ``DRIVER_ROWS`` 0 every statement takes its own Spark job (the path of big batches),
+    else the rest of the batch after the first statement goes on the driver."""
+    from headwater.sinks import files
+    from headwater.sinks.base import DdlMode
+    from tests.integration.test_sink_spark import frame
+    from tests.unit.sinks import test_files_schema_change as unit
+
+    monkeypatch.setattr(files.mirror, "DRIVER_ROWS", driver_rows)
+    for n, (history, rows, tables) in enumerate(
+        [
+            (unit.HISTORY, unit.workload(), ["t"]),
+            (unit.table_history(), unit.table_workload(), ["t", "t2", "u"]),
+        ]
+    ):
+        by_spark = unit.mirror(tmp_path / f"spark{n}", DdlMode(mode), history, buckets=3)
+        by_spark.write_batch(frame(spark, rows, 3), 0)
+        one_by_one = unit.mirror(tmp_path / f"local{n}", DdlMode(mode), history, buckets=3)
+        for row in rows:
+            one_by_one.apply_changes([row])
+        for name in tables:
+            expected = unit.mirror_rows(one_by_one, name)
+            assert unit.mirror_rows(by_spark, name) == expected, (n, name)
+        if driver_rows:
+            by_spark.write_batch(frame(spark, rows, 2), 0)  # a replay changes nothing
+            assert [unit.mirror_rows(by_spark, t) for t in tables] == [
+                unit.mirror_rows(one_by_one, t) for t in tables
+            ]
