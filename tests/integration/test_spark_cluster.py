@@ -8,11 +8,15 @@ it sees none of the driver's or the test's directories), see cluster_support.py.
 * the file sinks' shared-directory check passes for a directory every machine mounts at
   the same path, and refuses a driver-local one: ``headwater pipeline run`` exits 2 with
   one ``headwater: error:`` line naming the sink's path (before: exit 0, empty output);
-* a stream from a reader's HTTP API (a workload with DDL) into MariaDB (password_env on
-  the driver only), PostgreSQL and a Parquet change log and mirror on the shared
-  directory: verify exits 0 for both targets, the mirror read by DuckDB has the source's
-  keys, the pipeline's executors ran on both workers. (Not covered: snapshots with a
-  server: source, which are not implemented; reading the Parquet output with Spark.)
+* rows that exist before the reader's start position, loaded by a snapshot of a
+  ``server:`` source on the cluster (``headwater snapshot``: chunks read on the
+  executors, the change log's window over the reader's HTTP API), then the stream from
+  the record after it (``starting_position``, as ``--mode initial`` does) under a
+  workload with DDL, into MariaDB (password_env on the driver only), PostgreSQL and a
+  Parquet change log and mirror on the shared directory: verify exits 0 for both
+  targets; the mirror read by Spark (a local session) and by DuckDB equals the source
+  row by row, and so does the change log replayed in sequence order; the snapshot's and
+  the stream's executors ran on both workers.
 """
 
 from __future__ import annotations
@@ -136,28 +140,32 @@ def test_pipeline_refuses_a_file_sink_path_the_executors_cannot_share(
     assert not list((tmp_path / "out").glob("_headwater-probe-*"))  # probes cleaned up
 
 
-def test_stream_from_a_reader_api_into_mariadb_postgres_and_parquet_on_the_cluster(
+def test_snapshot_then_stream_from_a_reader_api_into_mariadb_postgres_and_parquet_on_the_cluster(
     cluster: Cluster,
+    spark: Any,
     mariadb: Any,
     mariadb_target: Any,
     postgres: dict[str, Any],
     db: str,
     tmp_path: Path,
 ) -> None:
-    """A reader serving HTTP, a workload with DDL, one ``pipeline run --available-now`` on
-    the cluster: server source (schema from /v1/decoding), a MariaDB target whose password
-    is in ``password_env`` on the driver only, PostgreSQL, and a Parquet change log and
-    mirror on the shared directory. Afterwards every target equals the source."""
-    import duckdb
+    """Rows before the reader's start, a reader serving HTTP, a workload; ``headwater
+    snapshot``, more workload with DDL, then ``pipeline run --available-now`` from the
+    record after the snapshot, both on the cluster: server source (schema from /v1/decoding, the
+    snapshot's window over HTTP), a MariaDB target whose password is in ``password_env``
+    on the driver only, PostgreSQL, and a Parquet change log and mirror on the shared
+    directory. Afterwards every target equals the source."""
     import psycopg
 
     from headwater.config import parse_reader_config
     from headwater.reader.service import ReaderService
+    from headwater.snapshot.state import SnapshotState
     from tests.integration.test_pipeline_e2e import TABLES, Workload, assert_synced
     from tests.integration.test_reader_capture import wait_caught_up
 
     workload = Workload(mariadb, db, seed=16)
     workload.create()
+    workload.run(30)  # before the reader's start: only the snapshot can load these rows
     file, offset = mariadb.binlog_position()
     reader_config = parse_reader_config(
         f"data_dir: {tmp_path / 'data'}\nserver: {{listen: '127.0.0.1:0'}}\nsources:\n"
@@ -175,27 +183,24 @@ def test_stream_from_a_reader_api_into_mariadb_postgres_and_parquet_on_the_clust
         "GRANT ALL ON *.* TO 'hwc'@'%'",
         "GRANT ALL ON *.* TO 'hwc'@'localhost'",
     )
-    workload.run(40)
-    mariadb.execute(  # DDL mid-stream: a widened column, a new table with rows
-        f"ALTER TABLE `{db}`.orders MODIFY note VARCHAR(200) NULL",
-        f"CREATE TABLE `{db}`.ddl_t (id INT PRIMARY KEY, v VARCHAR(10))",
-        f"INSERT INTO `{db}`.ddl_t VALUES (1, 'a'), (2, 'b'), (3, 'c')",
-        f"UPDATE `{db}`.ddl_t SET v = 'z' WHERE id = 2",
-        f"DELETE FROM `{db}`.ddl_t WHERE id = 3",
-    )
-    workload.run(20)
+    workload.run(40)  # captured by the reader before the snapshot
+    env = {**driver_env(), "HW_TGT_PW": SECRET}
     service = ReaderService(reader_config)
     service.start()
     try:
         assert service.server is not None
+        url = service.server.url
         wait_caught_up(service.tasks["live"], mariadb, timeout=120)
         out = cluster.shared / f"out-{db}"[:80]
-        config = tmp_path / "p.yaml"
-        config.write_text(
-            f"name: cl\nsource:\n  server: {service.server.url}\n  task: live\n"
+        pipeline = (
+            f"name: cl\nsource:\n  server: {url}\n  task: live\n"
+            "{start}"
             f"checkpoint: {tmp_path / 'ck'}\n"
-            "spark: {conf: {spark.ui.enabled: 'false'}}\n"
-            f"transforms:\n  - rename_database: {{{db}: {dst}}}\n"
+            # Both workers run on 127.0.0.1: Spark would read another executor's shuffle
+            # files from "the same host's" disk, which the isolated workers cannot see.
+            "spark: {{conf: {{spark.ui.enabled: 'false',"
+            " spark.shuffle.readHostLocalDisk: 'false'}}}}\n"
+            f"transforms:\n  - rename_database: {{{{{db}: {dst}}}}}\n"
             "sinks:\n"
             f"  - type: mysql\n    host: {mariadb_target.host}\n    port: {mariadb_target.port}\n"
             "    user: hwc\n    password_env: HW_TGT_PW\n    create_tables: true\n    shards: 2\n"
@@ -206,17 +211,48 @@ def test_stream_from_a_reader_api_into_mariadb_postgres_and_parquet_on_the_clust
             f"  - type: parquet_log\n    path: {out}/log\n"
             f"  - type: parquet_mirror\n    path: {out}/mirror\n"
         )
+        config = tmp_path / "p.yaml"
+        config.write_text(pipeline.format(start=""))
         before = {w: set(w.glob("app-*")) for w in cluster.work_dirs}
+        snap = subprocess.run(
+            [sys.executable, "-m", "headwater.cli.main", "snapshot", "--config", str(config),
+             "--tables", ",".join(f"{db}.{t}" for t in TABLES),
+             "--source", f"mysql://root@{mariadb.host}:{mariadb.port}",
+             "--chunk-rows", "8", "--master", cluster.master],
+            capture_output=True, text=True, env=env, timeout=900,
+        )  # fmt: skip
+        print(snap.stderr[-6000:])  # shown when an assertion below fails
+        assert snap.returncode == 0, snap.stderr[-4000:]
+        result = orjson.loads(snap.stdout.strip().splitlines()[-1])
+        snapshot_apps = {w: set(w.glob("app-*")) - before[w] for w in cluster.work_dirs}
+        mariadb.execute(  # DDL after the snapshot: a widened column, a new table with rows
+            f"ALTER TABLE `{db}`.orders MODIFY note VARCHAR(200) NULL",
+            f"CREATE TABLE `{db}`.ddl_t (id INT PRIMARY KEY, v VARCHAR(10))",
+            f"INSERT INTO `{db}`.ddl_t VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+            f"UPDATE `{db}`.ddl_t SET v = 'z' WHERE id = 2",
+            f"DELETE FROM `{db}`.ddl_t WHERE id = 3",
+        )
+        workload.run(20)
+        wait_caught_up(service.tasks["live"], mariadb, timeout=120)
+        start = f'  starting_position: "{result["starting_position"]}"\n'
+        config.write_text(pipeline.format(start=start))
         proc = subprocess.run(
             [sys.executable, "-m", "headwater.cli.main", "pipeline", "run", "--config",
              str(config), "--master", cluster.master, "--available-now"],
-            capture_output=True, text=True, env={**driver_env(), "HW_TGT_PW": SECRET},
-            timeout=900,
+            capture_output=True, text=True, env=env, timeout=900,
         )  # fmt: skip
     finally:
         service.stop()
     print(proc.stderr[-6000:])  # shown when an assertion below fails
     assert proc.returncode == 0, proc.stderr[-4000:]
+    # The snapshot read the change log over HTTP, in chunks on both workers' executors.
+    state = SnapshotState.load(str(tmp_path / "ck" / "snapshot.json"))
+    assert state is not None and not state.pending() and state.task_dir is None
+    assert (state.server, state.task) == (url, "live")
+    assert len(state.done) >= 4 and result["rows"] > 0
+    assert result["rows"] == sum(int(d["rows"]) for d in state.done.values())
+    for work, apps in snapshot_apps.items():
+        assert apps, f"no executor of the snapshot on {work}"
     assert_synced(mariadb, db, mariadb_target, postgres, dst)
     pg_url = (
         f"postgresql://{postgres['user']}@{postgres['host']}:{postgres.get('port', 5432)}"
@@ -237,22 +273,74 @@ def test_stream_from_a_reader_api_into_mariadb_postgres_and_parquet_on_the_clust
     with psycopg.connect(**postgres) as conn:
         pg_rows = conn.execute(f'SELECT id, v FROM "{dst}".ddl_t ORDER BY id').fetchall()
     assert [tuple(r) for r in pg_rows] == [tuple(r) for r in extra]
-    # The Parquet mirror, read by DuckDB, holds the source's rows.
-    for table, (_, key, _cols) in TABLES.items():
-        source_keys = sorted(mariadb.query(f"SELECT {', '.join(key)} FROM `{db}`.`{table}`"))
-        got = duckdb.sql(
-            f"SELECT {', '.join(key)} FROM read_parquet('{out}/mirror/{dst}/{table}/*/*.parquet',"
-            " hive_partitioning = true)"
-        ).fetchall()
-        assert sorted(tuple(int(v) for v in r) for r in got) == [
-            tuple(int(v) for v in r) for r in source_keys
-        ], table
-    # The change log holds every row change (one row per change: more rows than keys).
-    ((logged,),) = duckdb.sql(
-        f"SELECT count(*) FROM read_parquet('{out}/log/**/*.parquet')"
-    ).fetchall()
-    orders = mariadb.query(f"SELECT COUNT(*) FROM `{db}`.orders")[0][0]
-    assert logged >= orders + 3
+    assert_parquet_equals_source(spark, mariadb, db, dst, out)
     # This application's executors ran on both workers.
     for work in cluster.work_dirs:
-        assert set(work.glob("app-*")) - before[work], f"no executor of the pipeline on {work}"
+        assert set(work.glob("app-*")) - before[work] - snapshot_apps[work], (
+            f"no executor of the pipeline on {work}"
+        )
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def assert_parquet_equals_source(spark: Any, source: Any, db: str, dst: str, out: Path) -> None:
+    """The Parquet mirror, read by Spark and by DuckDB, holds the source's rows; the
+    Parquet change log, read by both and replayed in sequence order, ends in them too."""
+    import duckdb
+
+    from tests.integration.test_pipeline_e2e import TABLES, _mysql_rows
+
+    for table, (_, key, columns) in TABLES.items():
+        expected = _mysql_rows(source, db, table)
+        assert expected, table
+        n = len(key)
+        mirror = f"{out}/mirror/{dst}/{table}"
+        by_spark = [
+            tuple(_text(v) for v in row)
+            for row in spark.read.parquet(mirror)
+            .selectExpr(*(f"CAST(`{c}` AS STRING)" for c in columns))
+            .collect()
+        ]
+        by_duckdb = [
+            tuple(_text(v) for v in row)
+            for row in duckdb.sql(
+                f"SELECT {', '.join(f'CAST({c} AS VARCHAR)' for c in columns)} FROM"
+                f" read_parquet('{mirror}/*/*.parquet', hive_partitioning = true)"
+            ).fetchall()
+        ]
+
+        def order(row: tuple[str | None, ...], n: int = n) -> tuple[int, ...]:
+            return tuple(int(v or 0) for v in row[:n])
+
+        assert sorted(by_spark, key=order) == expected, f"mirror {table} (Spark)"
+        assert sorted(by_duckdb, key=order) == expected, f"mirror {table} (DuckDB)"
+        query = (
+            "SELECT op, sequence, before, after FROM {src}"
+            f" WHERE `database` = '{dst}' AND `table` = '{table}'"
+        )
+        log_spark = spark.read.parquet(f"{out}/log")
+        log_spark.createOrReplaceTempView("hw_log")
+        spark_rows = [tuple(r) for r in spark.sql(query.format(src="hw_log")).collect()]
+        duck_rows = duckdb.sql(
+            query.replace("`", '"').format(src=f"read_parquet('{out}/log/**/*.parquet')")
+        ).fetchall()
+        assert sorted(spark_rows, key=lambda r: r[1]) == sorted(duck_rows, key=lambda r: r[1])
+        assert any(r[0] == "read" for r in spark_rows), f"no snapshot rows of {table} in the log"
+        versions = _replay(spark_rows, key)
+        want = {tuple(int(v) for v in row[:n]): int(row[-1]) for row in expected}
+        assert versions == want, f"change log {table}"
+
+
+def _replay(rows: list[tuple[Any, ...]], key: tuple[str, ...]) -> dict[tuple[int, ...], int]:
+    """Key -> ``version`` after applying (op, sequence, before, after) rows in order."""
+    state: dict[tuple[int, ...], int] = {}
+    for op, _seq, before, after in sorted(rows, key=lambda r: r[1]):
+        old = None if before is None else orjson.loads(before)
+        new = None if after is None else orjson.loads(after)
+        if old is not None:
+            state.pop(tuple(int(old[k]) for k in key), None)
+        if op != "delete" and new is not None:
+            state[tuple(int(new[k]) for k in key)] = int(new["version"])
+    return state
