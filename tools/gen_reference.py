@@ -76,6 +76,13 @@ READER: tuple[Section, ...] = (
             Row("data_dir", "data_dir", doc="Directory holding one directory per task."),
             Row("sources", "sources", type="list of source", doc="At least one; see `sources[]`."),
             Row("server", "server", type="mapping", doc="The HTTP API; none without it."),
+            Row(
+                "console",
+                "console",
+                type="mapping",
+                default="no local pipelines, 5 s",
+                doc="The console the HTTP API serves (needs `server`); see `console`.",
+            ),
         ),
         hidden=frozenset({"file"}),
     ),
@@ -242,6 +249,27 @@ READER: tuple[Section, ...] = (
             ),
         ),
         hidden=frozenset({"port"}),
+    ),
+    Section(
+        "console",
+        "headwater.config.ConsoleConfig",
+        (
+            Row(
+                "pipelines",
+                "pipelines",
+                type="list of paths",
+                default="[]",
+                doc="Local pipelines to show: a checkpoint directory (its `status.json`) or "
+                "the status file itself.",
+            ),
+            Row(
+                "sample_interval",
+                "sample_interval",
+                doc="Seconds between samples of each task (lag, ingest) and points of a "
+                "pipeline's lag chart (0.1..3600).",
+            ),
+            Row("refresh_interval", "refresh_interval", doc="Seconds between page reloads."),
+        ),
     ),
 )
 

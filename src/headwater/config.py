@@ -44,6 +44,7 @@ from headwater.position import (
 __all__ = [
     "EVENT_KINDS",
     "BackoffConfig",
+    "ConsoleConfig",
     "FilterConfig",
     "HeartbeatConfig",
     "HostConfig",
@@ -197,13 +198,31 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsoleConfig:
+    """The operations console the HTTP API serves (``headwater.server.console``): the
+    status files of local pipelines to show (a pipeline's checkpoint directory, whose
+    ``status.json`` it writes, or the file itself), seconds between the samples of each
+    task (lag, ingest) and between reloads of the page."""
+
+    pipelines: tuple[Path, ...] = ()
+    sample_interval: float = 5.0
+    refresh_interval: float = 5.0
+
+    def status_files(self) -> tuple[Path, ...]:
+        """The ``status.json`` of each pipeline (a directory names its checkpoint)."""
+        return tuple(p if p.suffix == ".json" else p / "status.json" for p in self.pipelines)
+
+
+@dataclass(frozen=True, slots=True)
 class ReaderConfig:
-    """The reader process: where task data lives, the sources it reads, its HTTP API."""
+    """The reader process: where task data lives, the sources it reads, its HTTP API and
+    the console it serves."""
 
     data_dir: Path
     sources: tuple[SourceConfig, ...]
     file: str = "<config>"
     server: ServerConfig | None = None
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
 
     def task_dir(self, name: str) -> Path:
         """The directory of one task: ``changes/`` (the change log), ``schema/``, state."""
@@ -232,7 +251,11 @@ def parse_reader_config(
     ctx = YamlContext(file, base or Path.cwd(), dict(os.environ) if env is None else env)
     root = compose(text, file)
     fields = mapping(
-        ctx, root, "", {"data_dir", "sources", "server"}, required={"data_dir", "sources"}
+        ctx,
+        root,
+        "",
+        {"data_dir", "sources", "server", "console"},
+        required={"data_dir", "sources"},
     )
     data_dir = path_value(ctx, fields["data_dir"], "data_dir")
     sources_node = fields["sources"]
@@ -251,7 +274,16 @@ def parse_reader_config(
             )
         seen[src.name] = i
     server = _server(ctx, fields["server"], "server") if "server" in fields else None
-    return ReaderConfig(data_dir, sources, file, server)
+    console = ConsoleConfig()
+    if "console" in fields:
+        if server is None:
+            raise ctx.error(
+                fields["console"],
+                "console",
+                "the console is served by the HTTP API: add a server section",
+            )
+        console = _console(ctx, fields["console"], "console")
+    return ReaderConfig(data_dir, sources, file, server, console)
 
 
 _SOURCE_FIELDS = {
@@ -583,3 +615,24 @@ def _server(ctx: YamlContext, node: yaml.Node, path: str) -> ServerConfig:
     if "fetch_workers" in f:
         kw["fetch_workers"] = integer(ctx, f["fetch_workers"], f"{path}.fetch_workers", 0, 64)
     return ServerConfig(**kw)
+
+
+def _console(ctx: YamlContext, node: yaml.Node, path: str) -> ConsoleConfig:
+    f = mapping(ctx, node, path, {"pipelines", "sample_interval", "refresh_interval"})
+    pipelines: list[Path] = []
+    if "pipelines" in f:
+        items = f["pipelines"]
+        if not isinstance(items, yaml.SequenceNode):
+            raise ctx.error(items, f"{path}.pipelines", "must be a list of paths")
+        for i, item in enumerate(items.value):
+            pipelines.append(path_value(ctx, item, f"{path}.pipelines[{i}]"))
+    kw: dict[str, Any] = {"pipelines": tuple(pipelines)}
+    if "sample_interval" in f:
+        kw["sample_interval"] = number(
+            ctx, f["sample_interval"], f"{path}.sample_interval", 0.1, 3600
+        )
+    if "refresh_interval" in f:  # whole seconds: <meta http-equiv="refresh">
+        kw["refresh_interval"] = number(
+            ctx, f["refresh_interval"], f"{path}.refresh_interval", 1, 3600
+        )
+    return ConsoleConfig(**kw)

@@ -121,3 +121,60 @@ def test_status_files_of_local_pipelines_are_shown(server: HeadwaterServer, tmp_
     assert names["missing"]["state"] == "unknown" and names["missing"]["red"]
     page = request(server, "GET", "/console", basic(TOKEN))[2].decode()
     assert '<tr class="pipeline ok" data-pipeline="local">' in page
+
+
+def test_pipeline_lag_chart_from_its_reports(server: HeadwaterServer, tmp_path: Path) -> None:
+    """Each report's lag is a point of the pipeline's chart (one per ``sample_s`` slice of
+    time, the newest report of a slice wins); a watched status file gives a point when a
+    sample finds it rewritten."""
+    auth = f"Bearer {TOKEN}"
+    now = time.time() // 5 * 5  # slices of sample_s (5 s) start at multiples of 5
+    for at, lag in [(now - 30, 4.0), (now - 20, 2.5), (now - 19, 1.5), (now - 2, 0.5)]:
+        body = report(updated_at=at, lag_seconds=lag)
+        assert request(server, "POST", "/v1/pipelines", auth, body)[0] == 200
+    # now - 20 and now - 19 are in one slice: the later report replaced the earlier
+    assert server.console.pipeline_lags("orders") == [
+        (now - 30, 4.0),
+        (now - 19, 1.5),
+        (now - 2, 0.5),
+    ]
+    path = tmp_path / "ck" / "status.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(report(name="local", updated_at=now - 10, lag_seconds=7.0)))
+    server.console.watch_status_file(path)
+    server.console.sample(now)
+    server.console.sample(now)  # the file did not change: no second point
+    assert server.console.pipeline_lags("local") == [(now - 10, 7.0)]
+    page = request(server, "GET", "/console", basic(TOKEN))[2].decode()
+    assert '<svg class="chart pipeline-lag" data-pipeline="orders" data-points="3"' in page
+    assert '<svg class="chart pipeline-lag" data-pipeline="local" data-points="1"' in page
+    assert "lag (s): 0.50" in page  # the newest point is the caption's
+
+
+def test_reader_file_console_section_configures_the_served_console(tmp_path: Path) -> None:
+    from headwater.config import parse_reader_config
+    from headwater.reader.serving import close_handles, start_server
+
+    checkpoint = tmp_path / "ck"
+    checkpoint.mkdir()
+    doc = report(name="from-file", updated_at=time.time(), lag_seconds=1.25)
+    (checkpoint / "status.json").write_text(json.dumps(doc))
+    config = parse_reader_config(
+        "data_dir: data\n"
+        "sources: [{name: shop, host: db1, user: repl, password_env: PW, server_id: 7}]\n"
+        'server: {listen: "127.0.0.1:0", fetch_workers: 0}\n'
+        "console: {pipelines: [ck], sample_interval: 0.5, refresh_interval: 7}\n",
+        file="reader.yaml",
+        base=tmp_path,
+        env={"PW": "x"},
+    )
+    server = start_server(config, {})
+    assert server is not None
+    try:
+        assert (server.console.sample_s, server.console.refresh_s) == (0.5, 7)
+        page = request(server, "GET", "/console", None)[2].decode()
+        assert '<meta http-equiv="refresh" content="7">' in page
+        assert '<tr class="pipeline ok" data-pipeline="from-file">' in page
+        assert '<td data-field="lag_seconds">1.25</td>' in page
+    finally:
+        close_handles(server)

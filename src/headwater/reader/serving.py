@@ -126,6 +126,7 @@ class LiveTaskHandle(TaskHandle):
 def start_server(config: ReaderConfig, tasks: dict[str, ReaderTask]) -> HeadwaterServer | None:
     """Serve ``tasks`` as configured (``None`` without a ``server`` section)."""
     from headwater.server.app import HeadwaterServer
+    from headwater.server.console import Console
 
     sc = config.server
     if sc is None:
@@ -152,7 +153,14 @@ def start_server(config: ReaderConfig, tasks: dict[str, ReaderTask]) -> Headwate
             sc.host,
         )
     handles = {name: LiveTaskHandle.of(task) for name, task in tasks.items()}
-    server = HeadwaterServer(handles, options).start()
+    console = Console(
+        handles,
+        sample_s=config.console.sample_interval,
+        refresh_s=config.console.refresh_interval,
+    )
+    for status_file in config.console.status_files():
+        console.watch_status_file(status_file)
+    server = HeadwaterServer(handles, options, console).start()
     config.data_dir.mkdir(parents=True, exist_ok=True)
     info = {"url": server.url, "pid": os.getpid(), "auth": sc.token is not None}
     atomic_write(str(config.data_dir / SERVER_FILE), json.dumps(info).encode())

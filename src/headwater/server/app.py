@@ -106,11 +106,16 @@ def _retained(changelog: ChangeLog) -> dict[str, Any]:
 class HeadwaterServer:
     """Serves ``tasks`` (a mapping read on every request) until :meth:`close`."""
 
-    def __init__(self, tasks: Mapping[str, TaskHandle], options: ServerOptions | None = None):
+    def __init__(
+        self,
+        tasks: Mapping[str, TaskHandle],
+        options: ServerOptions | None = None,
+        console: Console | None = None,
+    ):
         self.tasks = tasks
         self.options = options or ServerOptions()
         self.metrics = Metrics()
-        self.console = Console(tasks)
+        self.console = Console(tasks) if console is None else console
         self._token = None if self.options.token is None else self.options.token.encode()
         self._pool = FetchPool(self.options.fetch_workers) if self.options.fetch_workers else None
         self._cpu = threading.Semaphore(1)  # in-process fetch work: one thread at a time

@@ -21,7 +21,13 @@ What it shows:
   rows in and out, rows/s, lag, last error, snapshot progress per table (chunks, rows/s,
   ETA). A pipeline is red when it failed or stopped, when its lag is over its
   ``lag_warning_s``, or when its last report is older than ``stale_after`` times its
-  interval (a killed pipeline reports nothing more).
+  interval (a killed pipeline reports nothing more);
+* per pipeline, its lag over the last hour: the ``lag_seconds`` of its reports (POSTed,
+  or read from its status file at each sample), at most one point per ``sample_s``.
+
+The reader file's ``console`` section (``headwater.config.ConsoleConfig``) sets
+``sample_s``, ``refresh_s`` and the local pipelines' status files
+(``headwater.reader.serving`` builds the console from it).
 
 Reports are kept in memory, at most ``MAX_PIPELINES`` names (the oldest report makes
 room); a report is a JSON object of at most the server's ``max_body_bytes``.
@@ -95,6 +101,7 @@ class Console:
         self._size = max(2, int(window_s / sample_s) + 1)
         self._samples: dict[str, deque[Sample]] = {}
         self._reports: dict[str, tuple[dict[str, Any], float]] = {}
+        self._lags: dict[str, deque[tuple[float, float]]] = {}  # pipeline -> (at, lag)
         self._files: list[Path] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -130,10 +137,37 @@ class Console:
             sample = Sample(at, _float(lag), None if last is None else last.seq)
             with self._lock:
                 self._samples.setdefault(name, deque(maxlen=self._size)).append(sample)
+        for doc, _at in self._read_files().values():
+            self._note_lag(doc)
 
     def samples(self, task: str) -> list[Sample]:
         with self._lock:
             return list(self._samples.get(task, ()))
+
+    def pipeline_lags(self, pipeline: str) -> list[tuple[float, float]]:
+        """The (time, lag seconds) points of a pipeline's reports, oldest first."""
+        with self._lock:
+            return list(self._lags.get(pipeline, ()))
+
+    def _note_lag(self, doc: dict[str, Any]) -> None:
+        """Keep the lag of a status document as a point of its pipeline's chart: at its
+        ``updated_at``, one point per ``sample_s`` slice of time (the newest report of a
+        slice replaces its point), the oldest dropped past the window."""
+        name, at, lag = (
+            doc.get("name"),
+            _float(doc.get("updated_at")),
+            _float(doc.get("lag_seconds")),
+        )
+        if not isinstance(name, str) or at is None or lag is None:
+            return
+        with self._lock:
+            points = self._lags.setdefault(name, deque(maxlen=self._size))
+            if points and at <= points[-1][0]:
+                return  # the same report again (a file not rewritten since the last sample)
+            if points and at // self.sample_s == points[-1][0] // self.sample_s:
+                points[-1] = (at, lag)
+            else:
+                points.append((at, lag))
 
     # --- pipelines -------------------------------------------------------------------------
 
@@ -161,16 +195,26 @@ class Console:
         with self._lock:
             self._reports.pop(name, None)
             while len(self._reports) >= MAX_PIPELINES:
-                del self._reports[next(iter(self._reports))]  # the oldest report
+                oldest = next(iter(self._reports))
+                del self._reports[oldest]
+                self._lags.pop(oldest, None)
             self._reports[name] = (body, time.time())
+        self._note_lag(body)
         return {"pipeline": name, "accepted": True}
 
     def pipelines(self, now: float | None = None) -> list[dict[str, Any]]:
         """Every pipeline known, by name, each with ``received_at``, ``stale``, ``red``
         and ``why`` (the reasons it is red)."""
         now = time.time() if now is None else now
+        docs = self._read_files()
         with self._lock:
-            reports = dict(self._reports)
+            docs.update(self._reports)  # a live report wins over a file of the same name
+        return [self._judge(doc, at, now) for _, (doc, at) in sorted(docs.items())]
+
+    def _read_files(self) -> dict[str, tuple[dict[str, Any], float]]:
+        """The watched status files' documents by pipeline name, each with its
+        ``updated_at`` (a file that cannot be read is a pipeline in state ``unknown``)."""
+        with self._lock:
             files = list(self._files)
         docs: dict[str, tuple[dict[str, Any], float]] = {}
         for path in files:
@@ -180,8 +224,7 @@ class Console:
             except (OSError, ValueError, KeyError, TypeError) as e:
                 name = path.parent.name or str(path)
                 docs[name] = ({"name": name, "state": "unknown", "last_error": str(e)}, 0.0)
-        docs.update(reports)  # a live report wins over a file of the same name
-        return [self._judge(doc, at, now) for _, (doc, at) in sorted(docs.items())]
+        return docs
 
     def _judge(self, doc: dict[str, Any], received: float, now: float) -> dict[str, Any]:
         interval = _float(doc.get("interval_s")) or 10.0
@@ -225,6 +268,9 @@ class Console:
             parts.append("</tbody></table>")
         parts.append("<h2>Lag and ingest, last hour</h2>")
         parts.extend(self._charts(name, now) for name in tasks)
+        if pipelines:
+            parts.append("<h2>Pipeline lag, last hour</h2>")
+            parts.extend(self._pipeline_chart(str(p["name"]), now) for p in pipelines)
         parts.append("</body></html>\n")
         return "".join(parts).encode("utf-8")
 
@@ -265,6 +311,15 @@ class Console:
             f'<div class="charts" data-task="{_e(name)}"><h3>{_e(name)}</h3>'
             + _chart("lag", name, "lag (s)", lag, now - self.window_s, now)
             + _chart("ingest", name, "records stored / s", rate, now - self.window_s, now)
+            + "</div>"
+        )
+
+    def _pipeline_chart(self, name: str, now: float) -> str:
+        t0 = now - self.window_s
+        points = [(at, lag) for at, lag in self.pipeline_lags(name) if at >= t0]
+        return (
+            f'<div class="charts" data-pipeline="{_e(name)}"><h3>{_e(name)}</h3>'
+            + _chart("pipeline-lag", name, "lag (s)", points, t0, now, owner="pipeline")
             + "</div>"
         )
 
@@ -314,9 +369,16 @@ _W, _H = 480, 120
 
 
 def _chart(
-    kind: str, task: str, title: str, points: list[tuple[float, float]], t0: float, t1: float
+    kind: str,
+    task: str,
+    title: str,
+    points: list[tuple[float, float]],
+    t0: float,
+    t1: float,
+    owner: str = "task",
 ) -> str:
-    """An inline SVG line chart of ``points`` (time, value) over ``[t0, t1]``."""
+    """An inline SVG line chart of ``points`` (time, value) over ``[t0, t1]``, its
+    ``data-<owner>`` attribute naming whose it is (a task or a pipeline)."""
     if len(points) > _MAX_POINTS:  # keep every n-th point and the newest
         step = len(points) / _MAX_POINTS
         points = [points[int(i * step)] for i in range(_MAX_POINTS - 1)] + [points[-1]]
@@ -329,7 +391,7 @@ def _chart(
     last = "-" if not points else f"{points[-1][1]:.2f}"
     return (
         f'<figure class="chart"><figcaption>{_e(title)}: {last} (max {top / 1.1:.2f})'
-        f'</figcaption><svg class="chart {kind}" data-task="{_e(task)}" '
+        f'</figcaption><svg class="chart {kind}" data-{owner}="{_e(task)}" '
         f'data-points="{len(points)}" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" '
         f'role="img" aria-label="{_e(title)}"><rect width="{_W}" height="{_H}" class="bg"/>'
         f'<polyline points="{xy}"/></svg></figure>'
@@ -369,6 +431,7 @@ tr.red td{{background:#fdd;color:#900}} tr.ok td[data-field=state]{{color:#070}}
 .charts{{display:inline-block;margin:0 1em 1em 0}} figure{{margin:0}}
 svg.chart .bg{{fill:#f8f8f8}} svg.chart polyline{{fill:none;stroke-width:1.5}}
 svg.lag polyline{{stroke:#c60}} svg.ingest polyline{{stroke:#06c}}
+svg.pipeline-lag polyline{{stroke:#909}}
 </style></head><body>
 """
 _TASK_HEAD = (
