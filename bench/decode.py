@@ -10,8 +10,19 @@ note VARCHAR(255), created_at DATETIME(6), updated_at TIMESTAMP(3), payload JSON
 Each decoder reads the dump of each workload from the server (non-blocking COM_BINLOG_DUMP)
 and decodes every row into Python values; the time covers reading and decoding. The two
 decoders' values are then compared row by row (outside the timing), so a fast wrong
-decoder cannot pass. Last line: ``decode_speedup_vs_pymysqlreplication=<x>`` for the
-batched workload (the issue's target: at least 10).
+decoder cannot pass.
+
+The C baseline: Debian's ``mariadb-binlog -v`` (``--verbose`` rebuilds each row as a
+pseudo-SQL comment, i.e. decodes every value; ``client/mysqlbinlog.cc`` and
+``sql/log_event_client.cc``, ``Rows_log_event::print_verbose``) decodes the same range of
+the same binlog file, read from the server's datadir, output to ``/dev/null``; it is
+single-threaded, as headwater's decoder is (which also reads the dump over the socket).
+Its rows/s count the rows headwater decoded in that range.
+
+Printed before the last line: ``decode_vs_mariadb_binlog=<headwater rows/s /
+mariadb-binlog rows/s>`` for the batched workload (#17's target: at least 1.0). Last line
+(unchanged): ``decode_speedup_vs_pymysqlreplication=<x>`` for the batched workload (the
+issue's target: at least 10).
 """
 
 from __future__ import annotations
@@ -19,6 +30,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import shutil
+import subprocess
 import sys
 import time
 import warnings
@@ -147,7 +160,28 @@ def _same_values(ours: list[Any], theirs: list[Any]) -> None:
             assert norm(mine) == expected, f"{kind}: {norm(mine)} != {expected}"
 
 
-def measure(server: MariadbSandbox, label: str, start: BinlogCoordinate) -> float:
+def time_mariadb_binlog(
+    server: MariadbSandbox, start: BinlogCoordinate, stop: BinlogCoordinate
+) -> float:
+    """Seconds ``mariadb-binlog -v`` takes to decode ``[start, stop)`` of the server's
+    binlog file (the workload's events; output to /dev/null)."""
+    if start.file != stop.file:
+        raise SystemExit(f"the workload spans binlog files {start.file}..{stop.file}")
+    tool = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
+    if tool is None:
+        raise SystemExit("mariadb-binlog not found (Debian's mariadb-client package)")
+    argv = [tool, "--no-defaults", "-v", f"--start-position={start.offset}",
+            f"--stop-position={stop.offset}", str(server.binlog_path(start.file))]  # fmt: skip
+    t0 = time.perf_counter()
+    with open(os.devnull, "wb") as sink:
+        subprocess.run(argv, stdout=sink, check=True)
+    return time.perf_counter() - t0
+
+
+def measure(server: MariadbSandbox, label: str, start: BinlogCoordinate) -> tuple[float, float]:
+    """``(speedup over python-mysql-replication, ratio to mariadb-binlog)``."""
+    stop = BinlogCoordinate(*server.binlog_position())
+    t_c = time_mariadb_binlog(server, start, stop)
     t0 = time.perf_counter()
     theirs = decode_pymysqlreplication(server, start)
     t_theirs = time.perf_counter() - t0
@@ -158,9 +192,10 @@ def measure(server: MariadbSandbox, label: str, start: BinlogCoordinate) -> floa
     n = _count(ours)
     print(
         f"{label}: {n} row changes; python-mysql-replication {n / t_theirs:,.0f} rows/s, "
-        f"headwater {n / t_ours:,.0f} rows/s, speedup {t_theirs / t_ours:.1f}x"
+        f"headwater {n / t_ours:,.0f} rows/s, speedup {t_theirs / t_ours:.1f}x; "
+        f"mariadb-binlog -v {n / t_c:,.0f} rows/s, headwater/mariadb-binlog {t_c / t_ours:.2f}"
     )
-    return t_theirs / t_ours
+    return t_theirs / t_ours, t_c / t_ours
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,12 +212,13 @@ def main(argv: list[str] | None = None) -> int:
         server.execute("CREATE DATABASE bench", SCHEMA)
         start = BinlogCoordinate(*server.binlog_position())
         _batched(server, rows)
-        speedup = measure(server, "batched (1000-row events)", start)
+        speedup, vs_c = measure(server, "batched (1000-row events)", start)
         start = BinlogCoordinate(*server.binlog_position())
         _single(server, single, rows + 1)
         measure(server, "single-row transactions", start)
     finally:
         server.stop()
+    print(f"decode_vs_mariadb_binlog={vs_c:.2f}")
     print(f"decode_speedup_vs_pymysqlreplication={speedup:.1f}")
     return 0
 
