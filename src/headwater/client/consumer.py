@@ -6,7 +6,10 @@ Threads of one :class:`Consumer`:
   reader (``/v1/fetch``, format ``raw``) starting at the smallest checkpoint of the owned
   shards, decodes them here (``headwater.changes``, the source's FORMAT_DESCRIPTION and
   schema history from ``/v1/decoding``) and routes each change to its shard's queue by the
-  documented hash (``headwater.server.sharding``); with ``decode="json"`` or
+  documented hash (``headwater.server.sharding``), handing changes to the queues every
+  ``HANDOFF_ROWS`` (:mod:`.rawfeed`); the next page is fetched meanwhile on a second connection
+  (:class:`~headwater.client.transport.FetchAhead`), and a wait for a page ends as soon as
+  a shard is assigned or the consumer stops; with ``decode="json"`` or
   ``decode="protobuf"`` one loop per owned shard fetches that shard's rows decoded by the
   server in that format (server-side sharding; :mod:`.decoded`). A feed that loses its
   reader retries (the next reader of the list, with back-off) until the consumer stops;
@@ -37,11 +40,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from headwater.changes import ChangeRow, block_changes, decode_blocks
+from headwater.changes import ChangeRow
 from headwater.changes.sequence import ROW_BITS, sequence_of
 from headwater.client.decoded import answer_of
 from headwater.client.hashing import ShardHasher
-from headwater.client.transport import FetchAhead, Readers, record_of
+from headwater.client.rawfeed import RawFeed
+from headwater.client.transport import Readers
 from headwater.coordination import FencedError
 from headwater.coordination.checkpoints import CheckpointStore, GroupState
 from headwater.coordination.sqlstore import SqlStore
@@ -54,10 +58,6 @@ __all__ = ["Batch", "Consumer", "ConsumerOptions", "Handler"]
 log = logging.getLogger(__name__)
 
 DECODES = ("client", "json", "protobuf")
-#: Seconds without progress of a shard with a full queue before the raw feed pauses it.
-PAUSE_AFTER = 1.0
-#: Changes the raw feed decodes before it hands them to the shards' queues.
-HANDOFF_ROWS = 1000
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class Batch:
     Returning from the handler acks the batch unless it called :meth:`ack` or
     :meth:`rollback`; raising rolls it back (redelivered after a back-off)."""
 
-    def __init__(self, consumer: Consumer, shard: _Shard, changes: list[ChangeRow]) -> None:
+    def __init__(self, consumer: Consumer, shard: Shard, changes: list[ChangeRow]) -> None:
         self._consumer = consumer
         self._shard = shard
         self.shard = shard.number
@@ -143,7 +143,10 @@ class Batch:
 Handler = Callable[[Batch], None]
 
 
-class _Shard:
+class Shard:
+    """One owned shard: its queue and positions, shared by the feed, its worker and the
+    flusher (the queue under ``cond``)."""
+
     def __init__(self, number: int, epoch: int, nxt: int) -> None:
         self.number = number
         self.epoch = epoch
@@ -205,7 +208,7 @@ class Consumer:
         if not self._urls and options.zookeeper is None:
             raise ConfigError("give reader URLs, or zookeeper to discover them", field="readers")
         self.readers: Readers | None = None
-        self._shards: dict[int, _Shard] = {}
+        self._shards: dict[int, Shard] = {}
         self._lock = threading.Lock()
         self._running = threading.Event()
         self._wake_flush = threading.Event()
@@ -331,7 +334,7 @@ class Consumer:
 
     def _assign(self, number: int, epoch: int | None) -> None:
         epoch, nxt = self.store.claim(self.options.group, number, epoch)
-        shard = _Shard(number, epoch, nxt)
+        shard = Shard(number, epoch, nxt)
         shard.thread = threading.Thread(
             target=self._work, args=(shard,), name=f"consumer-shard-{number}", daemon=True
         )
@@ -357,7 +360,7 @@ class Consumer:
         if flush:
             self._save(shard)
 
-    def _fence(self, shard: _Shard, error: FencedError) -> None:
+    def _fence(self, shard: Shard, error: FencedError) -> None:
         log.warning("shard %d epoch %d: %s", shard.number, shard.epoch, error)
         self.fenced.append((shard.number, shard.epoch))
         with self._lock:
@@ -369,7 +372,7 @@ class Consumer:
 
     # -- workers
 
-    def _take(self, shard: _Shard) -> list[ChangeRow] | None:
+    def _take(self, shard: Shard) -> list[ChangeRow] | None:
         size, wait = self.options.batch_size, self.options.max_wait
         with shard.cond:
             while shard.active and not shard.queue:
@@ -389,7 +392,7 @@ class Consumer:
             shard.cond.notify_all()
             return out
 
-    def _work(self, shard: _Shard) -> None:
+    def _work(self, shard: Shard) -> None:
         backoff = 0.1
         while True:
             changes = self._take(shard)
@@ -438,7 +441,7 @@ class Consumer:
 
     # -- checkpoints
 
-    def _save(self, shard: _Shard) -> None:
+    def _save(self, shard: Shard) -> None:
         acked = shard.acked
         if acked <= shard.saved:
             return
@@ -485,123 +488,9 @@ class Consumer:
                 backoff = min(backoff * 2, 5.0)
 
     def _raw_feed(self) -> None:
-        opts = self.options
-        fetches = FetchAhead(
-            lambda: Readers(self._urls, opts.task, token=opts.token),
-            max_rows=opts.fetch_records,
-            max_bytes=opts.fetch_bytes,
-            timeout_ms=1000,
-        )
-        try:
-            self._retrying(lambda: self._raw_loop(fetches), "raw feed", self._running.is_set)
-        finally:
-            fetches.close()
+        RawFeed(self).run()
 
-    def _raw_loop(self, fetches: FetchAhead) -> None:
-        readers = self.readers
-        assert readers is not None  # set by start()
-        token: str | None = None
-        at = -1
-
-        def interrupted() -> bool:  # a new shard to serve, or stop(): stop waiting
-            return self._assigned.is_set() or not self._running.is_set()
-
-        while self._running.is_set():
-            self._assigned.clear()  # the shards read next include any new one
-            with self._lock:
-                shards = self._unpaused(dict(self._shards))
-            if not shards:
-                time.sleep(0.05)
-                continue
-            low = min(s.fed for s in shards.values()) >> ROW_BITS
-            if token is None or low < at:
-                token = readers.subscribe(AtSeq(low), format="raw", **self._filters())["checkpoint"]
-                at = low
-            answer = fetches.take(token, interrupted)
-            if answer is None:
-                continue
-            nxt = answer["next"]
-            token, at = answer["checkpoint"], int(nxt["seq"])
-            fetches.ahead(token)  # the reader serves the next page while this one decodes
-            end = sequence_of(int(nxt["seq"]), int(nxt["row"]))
-            if not self._route(answer["records"], shards, end):
-                token = None  # broken off for a new shard: read again from the lowest
-
-    def _route(self, docs: list[Any], shards: dict[int, _Shard], end: int) -> bool:
-        """Decode the records of one fetch and queue each change on its shard, handing the
-        changes over every ``HANDOFF_ROWS`` (workers start before the page is decoded, and
-        a big page never delays a shard's first batch by its whole decoding time). Every
-        change of a shard below ``end`` is then queued, unless the shard was paused
-        (then it is left out of the rest of the page: its ``fed`` stays where it is).
-        False when broken off because a shard was assigned (the caller re-subscribes)."""
-        opts = self.options
-        source, fde, schema, want = opts.task, self._fde, self._schema, _table_filter(opts.tables)
-        live = dict(shards)
-        count, state, hasher = opts.shards, self.state, self._hash
-        previous = state is not None and bool(state.previous)
-        # the per-row loop is the SDK's hot path: hashes per block, lookups hoisted
-        lists: list[list[ChangeRow] | None] = [None] * count
-        feds = [0] * count
-        for number, shard in live.items():
-            lists[number], feds[number] = [], shard.fed
-        pending = 0
-        for doc in docs:
-            record = record_of(doc)
-            for block in decode_blocks(record, source=source, fde=fde, schema=schema, want=want):
-                changes = block_changes(record, block, source)
-                if block.op == "ddl":
-                    if not opts.ddl:
-                        continue
-                    hashes = [hasher(changes[0])]
-                else:
-                    hashes = hasher.block(block)
-                for row, h in zip(changes, hashes, strict=True):
-                    number = h % count
-                    rows = lists[number]
-                    if rows is None or row.sequence < feds[number]:
-                        continue
-                    if previous and not state.wants(h, row.sequence):  # type: ignore[union-attr]
-                        continue
-                    rows.append(row)
-                    pending += 1
-            if pending >= HANDOFF_ROWS:
-                self._hand(live, lists, sequence_of(record.seq + 1, 0))
-                if self._assigned.is_set():
-                    return False
-                pending = 0
-        self._hand(live, lists, end)
-        return True
-
-    def _hand(
-        self, live: dict[int, _Shard], lists: list[list[ChangeRow] | None], upto: int
-    ) -> None:
-        """Queue ``lists[n]`` on each ``live`` shard ``n``, all of whose changes below
-        ``upto`` are in it, and empty the lists; a shard that cannot take them (flow
-        control) is paused and leaves ``live`` (its list becomes None)."""
-        limit, urgent = self.options.queue_rows, self._assigned.is_set
-        for number, shard in list(live.items()):
-            rows = lists[number] or []
-            lists[number] = []
-            if not shard.feed(rows, upto, limit, PAUSE_AFTER, urgent):
-                shard.paused = True
-                del live[number]
-                lists[number] = None
-
-    def _unpaused(self, shards: dict[int, _Shard]) -> dict[int, _Shard]:
-        """The shards the raw feed serves now. The feed waits for a full queue
-        (``queue_rows``) while its worker makes progress; after ``PAUSE_AFTER`` seconds
-        without any, it pauses that shard (its ``fed`` stays behind) until its queue is
-        half empty: a stuck handler must not hold back the other shards of the process, and
-        shards that keep up cost no re-reading. A resumed shard below the stream's
-        position makes the feed re-subscribe from it (the other shards skip what they
-        already have, and a shard with nothing new in a fetch never makes it wait)."""
-        limit = self.options.queue_rows
-        for shard in shards.values():
-            if shard.paused and len(shard.queue) <= limit // 2:
-                shard.paused = False
-        return {n: s for n, s in shards.items() if not s.paused}
-
-    def _server_feed(self, shard: _Shard) -> None:
+    def _server_feed(self, shard: Shard) -> None:
         readers = Readers(self._urls, self.options.task, token=self.options.token)
         try:
             self._retrying(
@@ -612,7 +501,7 @@ class Consumer:
         finally:
             readers.close()
 
-    def _server_loop(self, shard: _Shard, readers: Readers) -> None:
+    def _server_loop(self, shard: Shard, readers: Readers) -> None:
         opts = self.options
         shards = {
             "count": opts.shards,
@@ -631,10 +520,3 @@ class Consumer:
             rows = [r for r in answer.rows if r.sequence >= shard.fed and self._wants(r)[1]]
             shard.feed(rows, sequence_of(answer.next_seq, answer.next_row), opts.queue_rows)
             token = answer.checkpoint
-
-
-def _table_filter(tables: tuple[str, ...] | None) -> Callable[[str, str], bool] | None:
-    if tables is None:
-        return None
-    names = set(tables)
-    return lambda db, table: f"{db}.{table}" in names or f"{db}.*" in names

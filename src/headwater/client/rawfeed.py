@@ -1,0 +1,178 @@
+"""The consumer's raw feed: one fetch stream decoded and routed to the shards' queues.
+
+With ``decode="client"`` one loop per process fetches raw records from the reader
+(``/v1/fetch``, format ``raw``) from the smallest ``fed`` of the shards it serves, decodes
+them with the source's FORMAT_DESCRIPTION and schema history, and queues each change on
+its shard (the documented hash, ``headwater.server.sharding``; per rows event with
+:meth:`~headwater.client.hashing.ShardHasher.block`). Where the time goes, and so the
+shape of the loop (``bench/consumer.py``): decoding dominates (about 6 µs per row), so
+
+* the next page is fetched on a second connection while this one decodes
+  (:class:`~headwater.client.transport.FetchAhead`): the reader serves it meanwhile;
+* changes reach the queues every :data:`HANDOFF_ROWS`, not per page: workers start before
+  a page of up to ``fetch_bytes`` is decoded (a moved shard's first batch waited for the
+  whole page);
+* a wait for a page ends as soon as a shard is assigned (or the consumer stops), and the
+  page being routed is broken off: the stream re-reads from the new shard's checkpoint
+  at once instead of after a long poll and a whole page.
+
+Invariant: after :meth:`Shard.feed` of a shard with ``upto``, every change of that shard
+below ``upto`` is queued or was handled; a shard paused by flow control is left out of
+the rest of the page, so its ``fed`` never jumps over changes it was not given.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from headwater.changes import ChangeRow, block_changes, decode_blocks
+from headwater.changes.sequence import ROW_BITS, sequence_of
+from headwater.client.transport import FetchAhead, Readers, record_of
+from headwater.store import AtSeq
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from headwater.client.consumer import Consumer, Shard
+
+__all__ = ["HANDOFF_ROWS", "PAUSE_AFTER", "RawFeed"]
+
+#: Seconds without progress of a shard with a full queue before the raw feed pauses it.
+PAUSE_AFTER = 1.0
+#: Changes the raw feed decodes before it hands them to the shards' queues.
+HANDOFF_ROWS = 1000
+
+
+class RawFeed:
+    """The raw feed of ``consumer`` (runs in the consumer's feed thread)."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.c = consumer
+
+    def run(self) -> None:
+        c = self.c
+        opts = c.options
+        fetches = FetchAhead(
+            lambda: Readers(c._urls, opts.task, token=opts.token),
+            max_rows=opts.fetch_records,
+            max_bytes=opts.fetch_bytes,
+            timeout_ms=1000,
+        )
+        try:
+            c._retrying(lambda: self._loop(fetches), "raw feed", c._running.is_set)
+        finally:
+            fetches.close()
+
+    def _loop(self, fetches: FetchAhead) -> None:
+        c = self.c
+        readers = c.readers
+        assert readers is not None  # set by start()
+        token: str | None = None
+        at = -1
+
+        def interrupted() -> bool:  # a new shard to serve, or stop(): stop waiting
+            return c._assigned.is_set() or not c._running.is_set()
+
+        while c._running.is_set():
+            c._assigned.clear()  # the shards read next include any new one
+            with c._lock:
+                shards = self._unpaused(dict(c._shards))
+            if not shards:
+                time.sleep(0.05)
+                continue
+            low = min(s.fed for s in shards.values()) >> ROW_BITS
+            if token is None or low < at:
+                token = readers.subscribe(AtSeq(low), format="raw", **c._filters())["checkpoint"]
+                at = low
+            answer = fetches.take(token, interrupted)
+            if answer is None:
+                continue
+            nxt = answer["next"]
+            token, at = answer["checkpoint"], int(nxt["seq"])
+            fetches.ahead(token)  # the reader serves the next page while this one decodes
+            end = sequence_of(int(nxt["seq"]), int(nxt["row"]))
+            if not self._route(answer["records"], shards, end):
+                token = None  # broken off for a new shard: read again from the lowest
+
+    def _route(self, docs: list[Any], shards: dict[int, Shard], end: int) -> bool:
+        """Decode the records of one fetch and queue each change on its shard, handing the
+        changes over every ``HANDOFF_ROWS`` (workers start before the page is decoded, and
+        a big page never delays a shard's first batch by its whole decoding time). Every
+        change of a shard below ``end`` is then queued, unless the shard was paused
+        (then it is left out of the rest of the page: its ``fed`` stays where it is).
+        False when broken off because a shard was assigned (the caller re-subscribes)."""
+        c = self.c
+        opts = c.options
+        source, fde, schema, want = opts.task, c._fde, c._schema, _table_filter(opts.tables)
+        live = dict(shards)
+        count, state, hasher = opts.shards, c.state, c._hash
+        previous = state is not None and bool(state.previous)
+        # the per-row loop is the SDK's hot path: hashes per block, lookups hoisted
+        lists: list[list[ChangeRow] | None] = [None] * count
+        feds = [0] * count
+        for number, shard in live.items():
+            lists[number], feds[number] = [], shard.fed
+        pending = 0
+        for doc in docs:
+            record = record_of(doc)
+            for block in decode_blocks(record, source=source, fde=fde, schema=schema, want=want):
+                changes = block_changes(record, block, source)
+                if block.op == "ddl":
+                    if not opts.ddl:
+                        continue
+                    hashes = [hasher(changes[0])]
+                else:
+                    hashes = hasher.block(block)
+                for row, h in zip(changes, hashes, strict=True):
+                    number = h % count
+                    rows = lists[number]
+                    if rows is None or row.sequence < feds[number]:
+                        continue
+                    if previous and not state.wants(h, row.sequence):  # type: ignore[union-attr]
+                        continue
+                    rows.append(row)
+                    pending += 1
+            if pending >= HANDOFF_ROWS:
+                self._hand(live, lists, sequence_of(record.seq + 1, 0))
+                if c._assigned.is_set():
+                    return False
+                pending = 0
+        self._hand(live, lists, end)
+        return True
+
+    def _hand(self, live: dict[int, Shard], lists: list[list[ChangeRow] | None], upto: int) -> None:
+        """Queue ``lists[n]`` on each ``live`` shard ``n``, all of whose changes below
+        ``upto`` are in it, and empty the lists; a shard that cannot take them (flow
+        control) is paused and leaves ``live`` (its list becomes None)."""
+        c = self.c
+        limit, urgent = c.options.queue_rows, c._assigned.is_set
+        for number, shard in list(live.items()):
+            rows = lists[number] or []
+            lists[number] = []
+            if not shard.feed(rows, upto, limit, PAUSE_AFTER, urgent):
+                shard.paused = True
+                del live[number]
+                lists[number] = None
+
+    def _unpaused(self, shards: dict[int, Shard]) -> dict[int, Shard]:
+        """The shards the raw feed serves now. The feed waits for a full queue
+        (``queue_rows``) while its worker makes progress; after ``PAUSE_AFTER`` seconds
+        without any, it pauses that shard (its ``fed`` stays behind) until its queue is
+        half empty: a stuck handler must not hold back the other shards of the process, and
+        shards that keep up cost no re-reading. A resumed shard below the stream's
+        position makes the feed re-subscribe from it (the other shards skip what they
+        already have, and a shard with nothing new in a fetch never makes it wait)."""
+        c = self.c
+        limit = c.options.queue_rows
+        for shard in shards.values():
+            if shard.paused and len(shard.queue) <= limit // 2:
+                shard.paused = False
+        return {n: s for n, s in shards.items() if not s.paused}
+
+
+def _table_filter(tables: tuple[str, ...] | None) -> Callable[[str, str], bool] | None:
+    if tables is None:
+        return None
+    names = set(tables)
+    return lambda db, table: f"{db}.{table}" in names or f"{db}.*" in names
