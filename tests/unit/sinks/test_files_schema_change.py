@@ -65,7 +65,7 @@ def change(
         "gtid": "",
         "txn_id": f"1:{4 + seq}",
         "sequence": seq,
-        "key": image_json(None if after is None else {"id": after["id"]}),
+        "key": image_json(None if after is None else {"id": after.get("id")}),
         "before": None,
         "after": image_json(after),
         "schema_version": 1,
@@ -316,3 +316,28 @@ def test_a_renamed_table_is_regrouped_into_the_new_tables_buckets(tmp_path: Path
     sink.apply_changes(updates)
     rows = mirror_rows(sink, "t2")[1]
     assert [(r["id"], r["v"]) for r in rows] == [(n, f"u{n}") for n in range(1, 6)]
+
+
+def test_rows_keyed_by_datetime_and_decimal_are_regrouped_where_updates_find_them(
+    tmp_path: Path,
+) -> None:
+    key = (Column("at", "datetime", "datetime(6)"), Column("amt", "decimal", "decimal(8,2)"))
+    old = TableDef("db", "k", (*key, col("v", "int")), primary_key=("at", "amt"))
+    new = TableDef("db", "k2", old.columns, primary_key=("at", "amt"))
+    history = History(((0, (old,)), (50, (new,))))
+
+    def put(seq: int, table: str, n: int, v: int) -> dict[str, Any]:
+        image = {"at": f"2024-02-29T13:01:0{n}.500000", "amt": f"{n}.50", "v": v}
+        row = change("insert" if v == 0 else "update", seq, table, image)
+        row["key"] = image_json({"at": image["at"], "amt": image["amt"]})
+        return row
+
+    sink = mirror(tmp_path, DdlMode.EVOLVE, history, buckets=7)
+    sink.apply_changes([put(n, "k", n, 0) for n in range(1, 8)])
+    sink.apply_changes([ddl(50, "RENAME TABLE k TO k2")])
+    sink.apply_changes([put(60 + n, "k2", n, n) for n in range(1, 8)])
+    files = glob.glob(os.path.join(sink.table_path("db", "k2"), "*", "data.parquet"))
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    assert sorted((r["amt"], r["v"]) for r in rows) == [
+        (Decimal(f"{n}.50"), n) for n in range(1, 8)
+    ]

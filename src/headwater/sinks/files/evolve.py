@@ -326,13 +326,16 @@ def _part(mirror: ParquetMirror, dest: tuple[str, str], tdef: TableDef, row: dic
 
 
 def _image_value(value: Any) -> Any:
-    """A stored value in the form change-row images carry it (JSON)."""
+    """A stored value in the form change-row images carry it, so that it hashes to the
+    bucket its changes are routed to (``changes.schema.image_json``: orjson, whose
+    datetimes are ``isoformat()``'s, ``2024-02-29T13:01:02.500000`` and ``+00:00`` for
+    TIMESTAMP; DECIMAL as text, binary as ``{"base64": ...}``: docs/formats.md, Values)."""
     if isinstance(value, bytes):
         return {"base64": base64.b64encode(value).decode()}
     if isinstance(value, decimal.Decimal):
         return str(value)
     if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=None).isoformat(sep=" ")
+        return value.isoformat()
     if isinstance(value, dt.date):
         return value.isoformat()
     return value
