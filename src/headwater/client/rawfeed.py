@@ -8,7 +8,9 @@ its shard (the documented hash, ``headwater.server.sharding``; per rows event wi
 shape of the loop (``bench/consumer.py``): decoding dominates (about 6 µs per row), so
 
 * the next page is fetched on a second connection while this one decodes
-  (:class:`~headwater.client.transport.FetchAhead`): the reader serves it meanwhile;
+  (:class:`~headwater.client.transport.FetchAhead`): the reader serves it meanwhile; the
+  first page after a subscribe is small (:data:`FIRST_BYTES`, doubling up to
+  ``fetch_bytes``), so decoding does not wait for a whole page of up to ``fetch_bytes``;
 * changes reach the queues every :data:`HANDOFF_ROWS`, not per page: workers start before
   a page of up to ``fetch_bytes`` is decoded (a moved shard's first batch waited for the
   whole page);
@@ -36,12 +38,15 @@ if TYPE_CHECKING:
 
     from headwater.client.consumer import Consumer, Shard
 
-__all__ = ["HANDOFF_ROWS", "PAUSE_AFTER", "RawFeed"]
+__all__ = ["FIRST_BYTES", "HANDOFF_ROWS", "PAUSE_AFTER", "RawFeed"]
 
 #: Seconds without progress of a shard with a full queue before the raw feed pauses it.
 PAUSE_AFTER = 1.0
 #: Changes the raw feed decodes before it hands them to the shards' queues.
 HANDOFF_ROWS = 1000
+#: ``max_bytes`` of the first fetch after a subscribe; each next one asks for twice as
+#: much, up to ``fetch_bytes``: decoding starts before a whole page is served.
+FIRST_BYTES = 256 << 10
 
 
 class RawFeed:
@@ -56,7 +61,6 @@ class RawFeed:
         fetches = FetchAhead(
             lambda: Readers(c._urls, opts.task, token=opts.token),
             max_rows=opts.fetch_records,
-            max_bytes=opts.fetch_bytes,
             timeout_ms=1000,
         )
         try:
@@ -70,6 +74,7 @@ class RawFeed:
         assert readers is not None  # set by start()
         token: str | None = None
         at = -1
+        size = c.options.fetch_bytes
 
         def interrupted() -> bool:  # a new shard to serve, or stop(): stop waiting
             return c._assigned.is_set() or not c._running.is_set()
@@ -84,13 +89,14 @@ class RawFeed:
             low = min(s.fed for s in shards.values()) >> ROW_BITS
             if token is None or low < at:
                 token = readers.subscribe(AtSeq(low), format="raw", **c._filters())["checkpoint"]
-                at = low
-            answer = fetches.take(token, interrupted)
+                at, size = low, min(FIRST_BYTES, c.options.fetch_bytes)
+            answer = fetches.take(token, size, interrupted)
             if answer is None:
                 continue
             nxt = answer["next"]
             token, at = answer["checkpoint"], int(nxt["seq"])
-            fetches.ahead(token)  # the reader serves the next page while this one decodes
+            size = min(size * 2, c.options.fetch_bytes)
+            fetches.ahead(token, size)  # the reader serves the next page while this one decodes
             end = sequence_of(int(nxt["seq"]), int(nxt["row"]))
             if not self._route(answer["records"], shards, end):
                 token = None  # broken off for a new shard: read again from the lowest

@@ -175,10 +175,11 @@ class Readers:
 
 
 class _Job:
-    __slots__ = ("answer", "done", "error", "token")
+    __slots__ = ("answer", "done", "error", "max_bytes", "token")
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, max_bytes: int) -> None:
         self.token = token
+        self.max_bytes = max_bytes
         self.done = threading.Event()
         self.answer: Any = None
         self.error: BaseException | None = None
@@ -204,18 +205,19 @@ class FetchAhead:
         self._closed = False
         self._pending: _Job | None = None
 
-    def ahead(self, token: str) -> None:
+    def ahead(self, token: str, max_bytes: int) -> None:
         """Start fetching ``token`` (a request started before and not taken is dropped)."""
-        job = _Job(token)
+        job = _Job(token, max_bytes)
         self._pending = job
         threading.Thread(target=self._run, args=(job,), name="consumer-fetch", daemon=True).start()
 
-    def take(self, token: str, interrupted: Callable[[], bool]) -> Any:
-        """The answer for ``token`` (fetched ahead, or now), or None as soon as
-        ``interrupted()`` (checked every 20 ms while waiting). Raises what the fetch raised."""
+    def take(self, token: str, max_bytes: int, interrupted: Callable[[], bool]) -> Any:
+        """The answer for ``token`` (fetched ahead, whatever its ``max_bytes``, or now), or
+        None as soon as ``interrupted()`` (checked every 20 ms while waiting). Raises what
+        the fetch raised."""
         job = self._pending
         if job is None or job.token != token:
-            self.ahead(token)
+            self.ahead(token, max_bytes)
             job = self._pending
         assert job is not None
         self._pending = None
@@ -232,7 +234,7 @@ class FetchAhead:
         try:
             if readers is None:
                 readers = self._make()
-            job.answer = readers.fetch(job.token, **self._args)
+            job.answer = readers.fetch(job.token, max_bytes=job.max_bytes, **self._args)
         except BaseException as e:  # handed to take(), in the caller's thread
             job.error = e
         finally:

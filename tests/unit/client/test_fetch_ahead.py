@@ -24,7 +24,7 @@ class _Reader(BaseHTTPRequestHandler):
         type(self).asked.append(token)
         if token.startswith("slow"):
             time.sleep(1.0)
-        answer = {"checkpoint": token + "+", "records": [], "max_rows": body["max_rows"]}
+        answer = {"checkpoint": token + "+", "records": [], "max_bytes": body["max_bytes"]}
         data = orjson.dumps(answer)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -48,24 +48,24 @@ def url() -> Iterator[str]:
 
 
 def _fetches(url: str) -> FetchAhead:
-    return FetchAhead(lambda: Readers([url], "t"), max_rows=7, max_bytes=1 << 20, timeout_ms=0)
+    return FetchAhead(lambda: Readers([url], "t"), max_rows=7, timeout_ms=0)
 
 
 def test_take_returns_the_answer_fetched_ahead_without_asking_again(url: str) -> None:
     fetches = _fetches(url)
-    fetches.ahead("a")
+    fetches.ahead("a", 1 << 20)
     time.sleep(0.2)
-    answer = fetches.take("a", lambda: False)
-    assert answer == {"checkpoint": "a+", "records": [], "max_rows": 7}
+    answer = fetches.take("a", 1 << 10, lambda: False)
+    assert answer == {"checkpoint": "a+", "records": [], "max_bytes": 1 << 20}  # as asked ahead
     assert _Reader.asked == ["a"]
     fetches.close()
 
 
 def test_take_of_another_token_drops_the_one_ahead(url: str) -> None:
     fetches = _fetches(url)
-    fetches.ahead("slow-a")
+    fetches.ahead("slow-a", 1 << 20)
     began = time.monotonic()
-    assert fetches.take("b", lambda: False)["checkpoint"] == "b+"
+    assert fetches.take("b", 1 << 20, lambda: False)["checkpoint"] == "b+"
     assert time.monotonic() - began < 0.9  # on its own connection, not behind slow-a
     fetches.close()
 
@@ -75,6 +75,6 @@ def test_an_interrupted_take_returns_none_at_once(url: str) -> None:
     stop = threading.Event()
     threading.Timer(0.1, stop.set).start()
     began = time.monotonic()
-    assert fetches.take("slow-c", stop.is_set) is None
+    assert fetches.take("slow-c", 1 << 20, stop.is_set) is None
     assert time.monotonic() - began < 0.5
     fetches.close()
