@@ -341,3 +341,21 @@ def test_rows_keyed_by_datetime_and_decimal_are_regrouped_where_updates_find_the
     assert sorted((r["amt"], r["v"]) for r in rows) == [
         (Decimal(f"{n}.50"), n) for n in range(1, 8)
     ]
+
+
+def test_alter_table_rename_to_with_a_column_rename_keeps_the_values(tmp_path: Path) -> None:
+    renamed = TableDef("db", "t2", (col("id", "int"), col("w", "varchar", "varchar(10)")),
+                       primary_key=("id",))  # fmt: skip
+    history = History(((0, (T,)), (10, (renamed,))))
+    rows = [
+        *table_workload()[:5],
+        ddl(10, "ALTER TABLE t RENAME TO t2, RENAME COLUMN v TO w"),
+        change("insert", 11, "t2", {"id": 9, "w": "t9"}),
+    ]
+    for mode in (DdlMode.EVOLVE, DdlMode.LENIENT):
+        sink = mirror(tmp_path / mode, mode, history, buckets=3)
+        sink.apply_changes(rows)
+        names, got = mirror_rows(sink, "t2")
+        assert names == ["id", "w"]
+        assert [(r["id"], r["w"]) for r in got] == [(n, f"t{n}") for n in (1, 2, 3, 4, 5, 9)]
+        assert mirror_rows(sink, "t") == ([], [])

@@ -116,24 +116,12 @@ def apply_schema_change(mirror: ParquetMirror, change: ChangeRow, scope: DdlScop
     steps = plan_schema_change(
         mode, scope, change.sql or "", before, after, target, runs_source_sql=False
     )
+    # Column steps first, by table: an ALTER TABLE ... RENAME TO with column changes
+    # gives the rename, then the columns' steps under the new name; one rewrite does all.
     changes: dict[tuple[str, str], _Change] = {}
     for step in steps:
-        log.info("schema change at sequence %d: %s %s.%s", seq, step.op, step.database,
-                 step.table)  # fmt: skip
-        key = (step.database, step.table)
-        if step.op == "drop_database":
-            pattern = store.join(mirror.config.path, step.database, "*", "mirror_part=*", DATA)
-            for table_dir in sorted({p.rstrip("/").rsplit("/", 2)[0] for p in store.glob(pattern)}):
-                _delete(store, table_dir, seq)
-        elif step.op in ("drop_table", "truncate"):
-            _delete(store, mirror.table_path(step.database, step.table), seq)
-        elif step.op == "rename_table":
-            tdef = after(step.new_database, step.new_table)
-            if tdef is not None:
-                _rewrite(mirror, store, change, key, (step.new_database, step.new_table), tdef,
-                         _Change(regroup=True))  # fmt: skip
-        elif step.op in ("drop_column", "rename_column", "modify_column", "primary_key"):
-            found = changes.setdefault(key, _Change())
+        if step.op in ("drop_column", "rename_column", "modify_column", "primary_key"):
+            found = changes.setdefault((step.database, step.table), _Change())
             if step.op == "drop_column":
                 found.drops.add(step.name)
             elif step.op == "rename_column":
@@ -142,6 +130,22 @@ def apply_schema_change(mirror: ParquetMirror, change: ChangeRow, scope: DdlScop
                 found.modified.add(step.column.name)
             else:
                 found.regroup = True
+    for step in steps:
+        log.info("schema change at sequence %d: %s %s.%s", seq, step.op, step.database,
+                 step.table)  # fmt: skip
+        if step.op == "drop_database":
+            pattern = store.join(mirror.config.path, step.database, "*", "mirror_part=*", DATA)
+            for table_dir in sorted({p.rstrip("/").rsplit("/", 2)[0] for p in store.glob(pattern)}):
+                _delete(store, table_dir, seq)
+        elif step.op in ("drop_table", "truncate"):
+            _delete(store, mirror.table_path(step.database, step.table), seq)
+        elif step.op == "rename_table":
+            dest = (step.new_database, step.new_table)
+            tdef = after(*dest)
+            moved = changes.pop(dest, _Change())
+            moved.regroup = True
+            if tdef is not None:
+                _rewrite(mirror, store, change, (step.database, step.table), dest, tdef, moved)
     for key, found in changes.items():
         tdef = after(*key)
         if tdef is not None:
