@@ -81,6 +81,7 @@ def test_console_asks_a_browser_for_the_token_and_takes_it_as_basic_password(
         (report(state="sleeping"), "state"),
         (report(rows_per_s="fast"), "rows_per_s"),
         (report(snapshot=[1]), "snapshot"),
+        (report(tables="shop.orders"), "tables"),
     ],
 )
 def test_a_bad_report_is_a_400_naming_the_field(
@@ -178,3 +179,22 @@ def test_reader_file_console_section_configures_the_served_console(tmp_path: Pat
         assert '<td data-field="lag_seconds">1.25</td>' in page
     finally:
         close_handles(server)
+
+
+def test_pipeline_rows_per_table_are_shown_busiest_first(server: HeadwaterServer) -> None:
+    from headwater.server.console import TABLES_SHOWN
+
+    tables = {
+        f"shop.t{i:02d}": {"rows_in_total": 10 * i, "rows_out_total": 10 * i, "rows_in": i}
+        for i in range(TABLES_SHOWN + 5)
+    }
+    body = report(tables=tables)
+    assert request(server, "POST", "/v1/pipelines", f"Bearer {TOKEN}", body)[0] == 200
+    page = request(server, "GET", "/console", basic(TOKEN))[2].decode()
+    shown = page.count('<tr class="pipeline-table" data-pipeline="orders"')
+    assert shown == TABLES_SHOWN
+    busiest = f"shop.t{TABLES_SHOWN + 4:02d}"
+    row = f'<tr class="pipeline-table" data-pipeline="orders" data-table="{busiest}">'
+    assert page.index(row) < page.index('data-table="shop.t05"')
+    assert 'data-table="shop.t04"' not in page  # the least busy are left out
+    assert f'<td data-field="rows_out_total">{10 * (TABLES_SHOWN + 4)}</td>' in page

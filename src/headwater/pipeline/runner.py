@@ -56,7 +56,7 @@ from headwater.errors import HeadwaterError
 from headwater.pipeline.config import PipelineConfig
 from headwater.pipeline.failures import is_spark_error, spark_failure
 from headwater.pipeline.sinks import build_sink
-from headwater.pipeline.status import StatusReporter
+from headwater.pipeline.status import OBSERVED_IN, StatusReporter, table_counts
 from headwater.spark.transforms import apply_transforms
 
 if TYPE_CHECKING:
@@ -241,7 +241,8 @@ class PipelineRunner:
 
             assert self.config.source.schema_file is not None
             write_schema(logs, self.config.source.schema_file)
-            rows = apply_transforms(log_changes(spark, logs), self.config.transforms)
+            read = log_changes(spark, logs).observe(OBSERVED_IN, table_counts(F))
+            rows = apply_transforms(read, self.config.transforms)
             return rows.observe(OBSERVED, *_observed_columns(F))
         register(spark)
         reader = spark.readStream.format("headwater")
@@ -249,7 +250,7 @@ class PipelineRunner:
             reader = reader.option(key, value)
         from pyspark.sql import functions as F
 
-        raw = reader.load()
+        raw = reader.load().observe(OBSERVED_IN, table_counts(F))  # rows read, per table
         if self.config.snapshot is not None:
             # Before the transforms: signal rows are matched on the source's names, and a
             # filter that drops them from the sinks still lets them be counted.
@@ -499,8 +500,13 @@ def check_shippable(obj: Any, config: PipelineConfig, line: int | None, path: st
 
 def _observed_columns(F: Any) -> list[Any]:
     """The query's observed metrics (:data:`OBSERVED`): the newest commit time, for the
-    lag, and the rows handed to the sinks, for the status (headwater.pipeline.status)."""
-    return [F.max("ts_us").alias("newest_ts_us"), F.count(F.lit(1)).alias("rows_out")]
+    lag, and the rows handed to the sinks, in all and per table, for the status
+    (headwater.pipeline.status)."""
+    return [
+        F.max("ts_us").alias("newest_ts_us"),
+        F.count(F.lit(1)).alias("rows_out"),
+        table_counts(F),
+    ]
 
 
 def _newest(progress: Any) -> int | None:

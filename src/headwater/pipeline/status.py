@@ -25,13 +25,27 @@ The document (``STATUS_VERSION`` 1)::
      "rows_per_s": 950.0, "batch_seconds": 0.42, "lag_seconds": 0.8,
      "lag_warning_s": 60.0, "lag_over_threshold": false, "errors_total": 0,
      "last_error": null,
+     "tables": {"db.t": {"rows_in_total": 3000, "rows_out_total": 2950,
+                         "rows_in": 80, "rows_out": 79}},      # the last batch's
      "snapshot": {"db.t": {"chunks_done": 3, "chunks_total": 8, "rows": 150000,
                            "rows_per_s": 50000.0, "eta_s": 5.0}}}
+
+Per-table counts come from the same pass as the batch: the runner observes
+:func:`table_counts` on the rows read (``OBSERVED_IN``, before the transforms) and on the
+rows handed to the sinks (``OBSERVED``'s ``tables``), Spark's ``approx_top_k`` over
+``database.table``, which is exact while a batch touches fewer than ``MAX_TRACKED``
+distinct tables (Spark SQL reference, ``approx_top_k``: columns with fewer distinct items
+than ``maxItemsTracked`` get exact counts) and lists the ``TOP_TABLES`` busiest; rows of
+tables past that are in the totals only. The report POSTed to the reader carries the
+``POSTED_TABLES`` busiest tables (by rows out); the file has them all.
 
 No secret is in it: the source's token travels only in the POST's Authorization header.
 Metric names (``METRICS``; docs/operations.md and docs/prometheus-alerts.yml use them)::
 
-    headwater_pipeline_rows_total{pipeline,direction}        counter (in: read, out: written)
+    headwater_pipeline_rows_total{pipeline,direction,table}  counter (in: read, out: written);
+                                                             rows of no table listed: no
+                                                             table label (sum by direction
+                                                             is the pipeline's total)
     headwater_pipeline_batches_total{pipeline}               counter
     headwater_pipeline_batch_seconds{pipeline}               gauge, the last batch
     headwater_pipeline_rows_per_second{pipeline}             gauge, the last batch
@@ -64,22 +78,44 @@ if TYPE_CHECKING:
     from headwater.pipeline.config import PipelineConfig
 
 __all__ = [
+    "MAX_TRACKED",
     "METRICS",
+    "OBSERVED_IN",
     "STATUS_VERSION",
+    "TOP_TABLES",
     "StatusReporter",
     "render_metrics",
     "snapshot_progress",
+    "table_counts",
 ]
 
 log = logging.getLogger(__name__)
 
 STATUS_VERSION = 1
 
+#: Name of the query's observed metrics on the rows read, before the transforms.
+OBSERVED_IN = "headwater_in"
+#: Tables listed per batch, and distinct tables a batch may touch with exact counts.
+TOP_TABLES = 1000
+MAX_TRACKED = 10000
+#: Tables in the report POSTed to the reader (its body is bounded).
+POSTED_TABLES = 100
+
+
+def table_counts(F: Any) -> Any:
+    """The aggregate of rows per ``database.table`` of a batch (module docstring), an
+    array of ``(item, count)`` structs: observed, so it costs no second pass."""
+    return F.expr(
+        f"approx_top_k(concat_ws('.', `database`, `table`), {TOP_TABLES}, {MAX_TRACKED})"
+    ).alias("tables")
+
+
 #: Every metric family a pipeline exports: name -> (type, help).
 METRICS: dict[str, tuple[str, str]] = {
     "headwater_pipeline_rows_total": (
         "counter",
-        "Change rows read (direction=in) and handed to the sinks after transforms (out).",
+        "Change rows read (direction=in) and handed to the sinks after transforms (out), "
+        "per table (no table label: rows of tables not listed).",
     ),
     "headwater_pipeline_batches_total": ("counter", "Micro-batches finished."),
     "headwater_pipeline_batch_seconds": ("gauge", "Duration of the last micro-batch."),
@@ -110,10 +146,7 @@ def render_metrics(doc: dict[str, Any]) -> str:
     name = str(doc["name"])
     base = f'pipeline="{_escape(name)}"'
     samples: dict[str, list[tuple[str, float]]] = {m: [] for m in METRICS}
-    samples["headwater_pipeline_rows_total"] += [
-        (f'{base},direction="in"', doc.get("rows_in_total", 0)),
-        (f'{base},direction="out"', doc.get("rows_out_total", 0)),
-    ]
+    samples["headwater_pipeline_rows_total"] += _table_rows(base, doc)
     plain = {
         "headwater_pipeline_batches_total": doc.get("batches"),
         "headwater_pipeline_batch_seconds": doc.get("batch_seconds"),
@@ -137,6 +170,24 @@ def render_metrics(doc: dict[str, Any]) -> str:
         lines += [f"# HELP {metric} {text}", f"# TYPE {metric} {kind}"]
         lines += [f"{metric}{{{labels}}} {_number(v)}" for labels, v in samples[metric]]
     return "\n".join(lines) + "\n"
+
+
+def _table_rows(base: str, doc: dict[str, Any]) -> list[tuple[str, float]]:
+    """``headwater_pipeline_rows_total``'s samples: per table and direction, and the rows
+    of no table listed without the label (always one such sample when no table is)."""
+    tables = doc.get("tables") or {}
+    out: list[tuple[str, float]] = []
+    for direction in ("in", "out"):
+        listed = 0
+        for table, counts in sorted(tables.items()):
+            value = int(counts.get(f"rows_{direction}_total", 0))
+            listed += value
+            labels = f'{base},direction="{direction}",table="{_escape(table)}"'
+            out.append((labels, value))
+        rest = int(doc.get(f"rows_{direction}_total", 0)) - listed
+        if rest > 0 or not tables:
+            out.append((f'{base},direction="{direction}"', max(rest, 0)))
+    return out
 
 
 def _number(value: float) -> str:
@@ -184,6 +235,8 @@ class StatusReporter:
     rows_out_total: int = 0
     errors_total: int = 0
     last_error: str | None = None
+    #: per table: rows_in_total, rows_out_total, and the last batch's rows_in, rows_out
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)
     _last: dict[str, Any] = field(default_factory=dict)
     _seen_batch: int = -1
     _lag_warned: bool = False
@@ -222,6 +275,9 @@ class StatusReporter:
             self.batches += 1
             self.rows_in_total += rows_in
             self.rows_out_total += rows_out
+            self._count_tables(
+                _observed_tables(progress, OBSERVED_IN), _observed_tables(progress, None)
+            )
             duration_ms = (progress.get("durationMs") or {}).get("triggerExecution", 0)
             self._last = {
                 "batch_id": batch,
@@ -235,6 +291,18 @@ class StatusReporter:
         elif newest_ts_us:
             self._last["lag_seconds"] = round(max(0.0, time.time() - newest_ts_us / 1e6), 3)
         self._check_lag()
+
+    def _count_tables(self, rows_in: dict[str, int], rows_out: dict[str, int]) -> None:
+        """Add one batch's rows per table; the last batch's counts are its own."""
+        for counts in self.tables.values():
+            counts["rows_in"] = counts["rows_out"] = 0
+        for direction, batch in (("in", rows_in), ("out", rows_out)):
+            for table, n in batch.items():
+                counts = self.tables.setdefault(
+                    table, {"rows_in_total": 0, "rows_out_total": 0, "rows_in": 0, "rows_out": 0}
+                )
+                counts[f"rows_{direction}_total"] += n
+                counts[f"rows_{direction}"] = n
 
     def finish(self, error: BaseException | str | None) -> None:
         """The query ended: ``stopped``, or ``failed`` with its error (one line)."""
@@ -271,6 +339,7 @@ class StatusReporter:
             "lag_over_threshold": self._lag_warned,
             "errors_total": self.errors_total,
             "last_error": self.last_error,
+            "tables": {t: dict(c) for t, c in sorted(self.tables.items())},
             "snapshot": snapshot_progress(self.config.checkpoint),
         }
 
@@ -287,7 +356,7 @@ class StatusReporter:
         except OSError as e:
             log.warning("pipeline %s: cannot write its status: %s", self.config.name, e)
         if self.config.monitoring.report:
-            self._post(data)
+            self._post(json.dumps(_posted(doc)).encode())
         return doc
 
     def _check_lag(self) -> None:
@@ -339,6 +408,30 @@ def _observed(progress: Any, key: str) -> int | None:
     except (KeyError, ValueError, IndexError):
         return None
     return None if value is None else int(value)
+
+
+def _observed_tables(progress: Any, name: str | None) -> dict[str, int]:
+    """Rows per table of a progress report's observed :func:`table_counts`: ``name``'s
+    (``OBSERVED_IN``), or the runner's ``OBSERVED`` (None); {} when not there."""
+    if name is None:
+        from headwater.pipeline.runner import OBSERVED
+
+        name = OBSERVED
+    row = (progress.get("observedMetrics") or {}).get(name)
+    try:
+        items = None if row is None else row["tables"]
+        return {str(e["item"]): int(e["count"]) for e in items or () if e["item"] is not None}
+    except (KeyError, ValueError, IndexError, TypeError):
+        return {}
+
+
+def _posted(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document as POSTed: the ``POSTED_TABLES`` tables with the most rows out."""
+    tables = doc.get("tables") or {}
+    if len(tables) <= POSTED_TABLES:
+        return doc
+    busiest = sorted(tables.items(), key=lambda kv: (-kv[1]["rows_out_total"], kv[0]))
+    return {**doc, "tables": dict(sorted(busiest[:POSTED_TABLES]))}
 
 
 def _token(options: dict[str, str]) -> str | None:

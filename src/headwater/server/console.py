@@ -18,12 +18,13 @@ What it shows:
 * every pipeline that reported (``headwater.pipeline.status`` POSTs its status document
   each progress interval when its source is this server), and every local pipeline whose
   ``status.json`` the server was told about (:meth:`Console.watch_status_file`): batches,
-  rows in and out, rows/s, lag, last error, snapshot progress per table (chunks, rows/s,
-  ETA). A pipeline is red when it failed or stopped, when its lag is over its
-  ``lag_warning_s``, or when its last report is older than ``stale_after`` times its
-  interval (a killed pipeline reports nothing more);
+  rows in and out (in all, and per table: the ``TABLES_SHOWN`` busiest), rows/s, lag,
+  last error, snapshot progress per table (chunks, rows/s, ETA). A pipeline is red
+  when it failed or stopped, when its lag is over its ``lag_warning_s``, or when its
+  last report is older than ``stale_after`` times its interval (a killed pipeline
+  reports nothing more);
 * per pipeline, its lag over the last hour: the ``lag_seconds`` of its reports (POSTed,
-  or read from its status file at each sample), at most one point per ``sample_s``.
+  or read from its status file at each sample), one point per ``sample_s`` of time.
 
 The reader file's ``console`` section (``headwater.config.ConsoleConfig``) sets
 ``sample_s``, ``refresh_s`` and the local pipelines' status files
@@ -189,9 +190,10 @@ class Console:
             value = body.get(key)
             if value is not None and (not isinstance(value, (int, float)) or value is True):
                 raise RequestError(400, "must be a number", key)
-        snapshot = body.get("snapshot")
-        if snapshot is not None and not isinstance(snapshot, dict):
-            raise RequestError(400, "must be an object of tables", "snapshot")
+        for key in ("snapshot", "tables"):
+            value = body.get(key)
+            if value is not None and not isinstance(value, dict):
+                raise RequestError(400, "must be an object of tables", key)
         with self._lock:
             self._reports.pop(name, None)
             while len(self._reports) >= MAX_PIPELINES:
@@ -260,6 +262,12 @@ class Console:
         parts.append(_PIPELINE_HEAD)
         parts.extend(_pipeline_row(p) for p in pipelines)
         parts.append("</tbody></table>")
+        tables = [(p["name"], t, c) for p in pipelines for t, c in _tables(p)]
+        if tables:
+            parts.append("<h2>Pipeline rows per table</h2>")
+            parts.append(_TABLES_HEAD)
+            parts.extend(_table_row(*row) for row in tables)
+            parts.append("</tbody></table>")
         snapshots = [(p["name"], t, s) for p in pipelines for t, s in _snapshots(p)]
         if snapshots:
             parts.append("<h2>Snapshots</h2>")
@@ -343,6 +351,34 @@ def _pipeline_row(p: dict[str, Any]) -> str:
     ]
     cls = "red" if p["red"] else "ok"
     return f'<tr class="pipeline {cls}" data-pipeline="{_e(p.get("name"))}">{_cells(cells)}</tr>'
+
+
+#: Tables shown per pipeline (the most rows written first; /v1/pipelines has them all).
+TABLES_SHOWN = 20
+
+
+def _tables(p: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    tables = p.get("tables")
+    if not isinstance(tables, dict):
+        return []
+    rows = [(str(t), c) for t, c in tables.items() if isinstance(c, dict)]
+    rows.sort(key=lambda tc: (-(_float(tc[1].get("rows_out_total")) or 0.0), tc[0]))
+    return rows[:TABLES_SHOWN]
+
+
+def _table_row(pipeline: str, table: str, c: dict[str, Any]) -> str:
+    cells = [
+        ("pipeline", pipeline),
+        ("table", table),
+        ("rows_in_total", c.get("rows_in_total", "-")),
+        ("rows_out_total", c.get("rows_out_total", "-")),
+        ("rows_in", c.get("rows_in", "-")),
+        ("rows_out", c.get("rows_out", "-")),
+    ]
+    return (
+        f'<tr class="pipeline-table" data-pipeline="{_e(pipeline)}" data-table="{_e(table)}">'
+        f"{_cells(cells)}</tr>"
+    )
 
 
 def _snapshots(p: dict[str, Any]) -> Iterable[tuple[str, dict[str, Any]]]:
@@ -444,6 +480,10 @@ _PIPELINE_HEAD = (
     "<th>batches</th><th>rows in</th><th>rows out</th><th>rows/s</th><th>batch (s)</th>"
     "<th>lag (s)</th><th>last report</th><th>last error</th><th>why red</th></tr></thead>"
     "<tbody>"
+)
+_TABLES_HEAD = (
+    '<table id="pipeline-tables"><thead><tr><th>pipeline</th><th>table</th><th>rows in</th>'
+    "<th>rows out</th><th>last batch in</th><th>last batch out</th></tr></thead><tbody>"
 )
 _SNAPSHOT_HEAD = (
     '<table id="snapshots"><thead><tr><th>pipeline</th><th>table</th><th>chunks</th>'

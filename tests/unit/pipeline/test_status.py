@@ -181,3 +181,63 @@ def test_lag_is_the_newest_commit_written_and_zero_once_caught_up(tmp_path: Path
     assert 7.5 < json.loads((tmp_path / "ck" / "status.json").read_text())["lag_seconds"] < 30
     reporter.tick([written, _progress(1, 0, 0)], None)  # the query waits: nothing to read
     assert json.loads((tmp_path / "ck" / "status.json").read_text())["lag_seconds"] == 0.0
+
+
+def _with_tables(
+    progress: dict[str, Any], rows_in: dict[str, int], rows_out: dict[str, int]
+) -> dict[str, Any]:
+    """``progress`` with the observed per-table counts as Spark reports them (a list of
+    ``{item, count}``, the busiest first)."""
+    observed = progress["observedMetrics"]
+    observed["headwater_in"] = {"tables": [{"item": t, "count": n} for t, n in rows_in.items()]}
+    observed["headwater"]["tables"] = [{"item": t, "count": n} for t, n in rows_out.items()]
+    return progress
+
+
+def test_rows_per_table_totals_and_last_batch(tmp_path: Path) -> None:
+    reporter = StatusReporter(_config(tmp_path))
+    reporter.tick(
+        [_with_tables(_progress(0, 7, 5), {"s.a": 4, "s.b": 3}, {"s.a": 4, "s.b": 1})], None
+    )
+    reporter.tick([_with_tables(_progress(1, 2, 2), {"s.a": 2}, {"s.a": 2})], None)
+    doc = json.loads((tmp_path / "ck" / "status.json").read_text())
+    assert doc["tables"] == {
+        "s.a": {"rows_in_total": 6, "rows_out_total": 6, "rows_in": 2, "rows_out": 2},
+        "s.b": {"rows_in_total": 3, "rows_out_total": 1, "rows_in": 0, "rows_out": 0},
+    }
+    metrics = _samples((tmp_path / "ck" / "metrics.prom").read_text())
+    rows = 'headwater_pipeline_rows_total{pipeline="orders-sync",direction='
+    assert metrics[rows + '"in",table="s.a"}'] == 6
+    assert metrics[rows + '"out",table="s.b"}'] == 1
+    # every row is in a listed table: no sample without the label
+    assert rows + '"in"}' not in metrics and rows + '"out"}' not in metrics
+
+
+def test_rows_of_tables_not_listed_have_no_table_label(tmp_path: Path) -> None:
+    """A batch over more tables than listed (or a report without the counts): the rest of
+    the total is one sample without ``table``, so a sum by direction is the total."""
+    reporter = StatusReporter(_config(tmp_path))
+    reporter.tick([_with_tables(_progress(0, 10, 10), {"s.a": 6}, {"s.a": 6})], None)
+    reporter.tick([_progress(1, 5, 4)], None)  # no per-table counts observed
+    metrics = _samples((tmp_path / "ck" / "metrics.prom").read_text())
+    rows = 'headwater_pipeline_rows_total{pipeline="orders-sync",direction='
+    assert metrics[rows + '"in",table="s.a"}'] == 6
+    assert metrics[rows + '"in"}'] == 9
+    assert metrics[rows + '"out"}'] == 8
+    assert sum(v for k, v in metrics.items() if k.startswith(rows + '"out"')) == 14
+
+
+def test_the_posted_report_carries_the_busiest_tables(tmp_path: Path) -> None:
+    from headwater.pipeline.status import POSTED_TABLES
+
+    tables = {f"s.t{i:03d}": i + 1 for i in range(POSTED_TABLES + 20)}
+    total = sum(tables.values())
+    with HeadwaterServer({}, ServerOptions(fetch_workers=0)).start() as server:
+        source = f"  server: {server.url}\n  task: shop\n"
+        reporter = StatusReporter(_config(tmp_path, source=source))
+        reporter.tick([_with_tables(_progress(0, total, total), tables, tables)], None)
+        [seen] = server.console.pipelines()
+    assert len(seen["tables"]) == POSTED_TABLES
+    assert "s.t019" not in seen["tables"] and "s.t020" in seen["tables"]  # the 20 least busy
+    written = json.loads((tmp_path / "ck" / "status.json").read_text())
+    assert len(written["tables"]) == POSTED_TABLES + 20  # the file has them all
