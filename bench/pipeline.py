@@ -31,14 +31,41 @@ Starts a sandbox source MariaDB (binlog on) and a target MariaDB. Then, in the s
   is taken when COMMIT returns; a poller reads the target every 20 ms and records when
   each id becomes visible; prints p50 and p99 of visible - committed.
 
+* MariaDB's own replication (what a user would pick for MariaDB to MariaDB): a replica
+  sandbox (no binlog, like the target) with the tables created empty, ``CHANGE MASTER TO
+  ... master_use_gtid=slave_pos``; for each apply mode (serial; optimistic parallel with
+  2 and 4 threads: ``slave_parallel_threads``, ``slave_parallel_mode=optimistic``) the
+  table is emptied, ``gtid_slave_pos`` set to the source's ``gtid_binlog_pos`` from
+  before the workload (the replica was stopped while it was committed), and the clock
+  runs from ``START SLAVE`` until the replica's ``gtid_slave_pos`` equals the source's
+  ``gtid_binlog_pos`` after it (the IO thread's download included); ``CHECKSUM TABLE``
+  must match the source's. For the batched workload (same binlog range as the others) and
+  for a single-row-transaction workload (``--single`` INSERTs then half as many UPDATEs
+  of table ``s``, one commit each), which headwater then replicates as one more round.
+
 The target server runs with MariaDB's durable default, ``innodb_flush_log_at_trx_commit=1``,
 as a production target does (``--relaxed-target``: ``2``, the test fixtures' setting, under
 which a commit does not wait for the disk). One commit per row is what a naive replicator
 pays for; headwater commits once per shard per micro-batch. Both numbers are in the README.
 
-Last line: ``pipeline_speedup_vs_naive=<headwater median rows/s / naive rows/s>``.
-Rows: 50 000 (80 000 changes); ``--quick``: 20 000 rows and 8 s of latency (about two
-minutes with a durable target, most of it the naive replicator).
+The replica runs with the same setting (``sync_binlog`` does not apply: neither target
+nor replica writes a binlog, as the issue's setup has it).
+
+* PostgreSQL: a second pipeline (postgres sink, ``tables: [bench.t]``, from the
+  workload's first GTID) replicates the batched workload into PostgreSQL
+  (``HEADWATER_TEST_POSTGRES``, default ``host=127.0.0.1 port=5432 user=postgres``;
+  database ``hw_bench_pipeline``) with ``trigger(availableNow)``; its rows/s count the
+  time of its micro-batches (the query's start is a service's one-time cost). The limit
+  is PostgreSQL's own ``COPY`` (CSV text built beforehand) of the final rows.
+
+Printed: each applier's rows/s; ``pipeline_speedup_vs_naive=<headwater median rows/s /
+naive rows/s>``; ``pipeline_pg_vs_copy=<headwater into PostgreSQL rows/s / COPY rows/s>``;
+``pipeline_vs_native_replication_single=<headwater / MariaDB serial
+apply, single-row transactions>``. Last line: ``pipeline_vs_native_replication=<headwater
+median rows/s / MariaDB serial apply rows/s, batched>``.
+Rows (``--full``, the default): 500 000 (800 000 changes) and 10 000 single-row INSERTs;
+``--quick``: 20 000 rows, 2 000 single-row INSERTs and 8 s of latency (a few minutes with
+a durable target, most of it the naive replicator).
 """
 
 from __future__ import annotations
@@ -113,6 +140,168 @@ def workload(source: MariadbSandbox, rows: int, table: str = "t") -> int:
         changes += cur.rowcount
     conn.close()
     return changes
+
+
+def single_workload(source: MariadbSandbox, rows: int, table: str = "s") -> int:
+    """``rows`` one-row INSERT transactions, then UPDATEs of the first half, one commit
+    each. Returns the number of row changes."""
+    conn = source.connect("bench")
+    conn.autocommit(True)
+    with conn.cursor() as cur:
+        for i in range(1, rows + 1):
+            cur.execute(f"INSERT INTO {table} VALUES ({i}, {i * 3}, MD5({i}), {i} / 7, 0)")
+        for i in range(1, rows // 2 + 1):
+            cur.execute(f"UPDATE {table} SET a = a + 1, b = NULL WHERE id = {i}")
+    conn.close()
+    return rows + rows // 2
+
+
+# --- MariaDB's own replication ------------------------------------------------------------
+
+#: (label, slave_parallel_threads): 0 is the serial SQL thread.
+NATIVE_MODES = (("serial", 0), ("optimistic 2 threads", 2), ("optimistic 4 threads", 4))
+
+
+def table_checksum(server: MariadbSandbox, table: str) -> int:
+    return int(server.query(f"CHECKSUM TABLE bench.{table}")[0][1])
+
+
+def setup_replica(replica: MariadbSandbox, source: MariadbSandbox) -> None:
+    replica.execute(
+        f"CHANGE MASTER TO master_host = '{source.host}', master_port = {source.port},"
+        " master_user = 'root', master_password = '', master_use_gtid = slave_pos"
+    )
+
+
+def native(
+    source: MariadbSandbox, replica: MariadbSandbox, table: str, span: tuple[str, str], changes: int
+) -> dict[str, float]:
+    """rows/s of MariaDB's replication applying the binlog from GTID ``span[0]`` to
+    ``span[1]`` (the workload on ``table``), in each of NATIVE_MODES."""
+    want = table_checksum(source, table)
+    conn = replica.connect()
+    conn.autocommit(True)
+    rates: dict[str, float] = {}
+    try:
+        with conn.cursor() as cur:
+            for label, threads in NATIVE_MODES:
+                replica.execute(
+                    "STOP SLAVE", "RESET SLAVE", f"TRUNCATE TABLE bench.{table}",
+                    f"SET GLOBAL gtid_slave_pos = '{span[0]}'",
+                    f"SET GLOBAL slave_parallel_threads = {threads}",
+                    "SET GLOBAL slave_parallel_mode = 'optimistic'",
+                )  # fmt: skip
+                t0 = time.perf_counter()
+                cur.execute("START SLAVE")
+                checked = t0
+                while True:
+                    cur.execute("SELECT @@GLOBAL.gtid_slave_pos")
+                    if cur.fetchone()[0] == span[1]:
+                        break
+                    now = time.perf_counter()
+                    if now - checked > 1:  # a stopped SQL thread would wait forever
+                        checked = now
+                        cur.execute("SHOW SLAVE STATUS")
+                        names = [d[0] for d in cur.description]
+                        status = dict(zip(names, cur.fetchone(), strict=True))
+                        if status["Slave_SQL_Running"] != "Yes" or now - t0 > 900:
+                            raise SystemExit(f"replica: {status['Last_SQL_Error'] or status}")
+                    time.sleep(0.005)
+                elapsed = time.perf_counter() - t0
+                cur.execute("STOP SLAVE")
+                if table_checksum(replica, table) != want:
+                    raise SystemExit(f"replica ({label}): CHECKSUM TABLE {table} differs")
+                rates[label] = changes / elapsed
+                print(f"MariaDB replication, {label}: {elapsed:.2f} s, {rates[label]:,.0f} rows/s")
+    finally:
+        conn.close()
+    return rates
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------
+
+PG_DSN = os.environ.get("HEADWATER_TEST_POSTGRES", "host=127.0.0.1 port=5432 user=postgres")
+PG_DB = "hw_bench_pipeline"
+
+
+def pg_connect(dbname: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(f"{PG_DSN} dbname={dbname}", autocommit=True)
+
+
+def pg_fresh_database() -> dict[str, str]:
+    admin = pg_connect("postgres")
+    try:
+        admin.execute(f'DROP DATABASE IF EXISTS "{PG_DB}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{PG_DB}"')
+    finally:
+        admin.close()
+    return dict(p.split("=", 1) for p in PG_DSN.split())
+
+
+def pg_pipeline(task_dir: Path, checkpoint: Path, gtid_before: str) -> float:
+    """Seconds of the micro-batches that bring the batched workload (table ``t``, from the
+    first record after ``gtid_before``) into PostgreSQL (a trigger(availableNow) run of a
+    second pipeline; its query start, a one-time cost, is left out: the sum of its
+    batches' ``triggerExecution``)."""
+    pg = pg_fresh_database()
+    yaml = (
+        "name: bench_pg\n"
+        f"source: {{path: {task_dir}, tables: [bench.t], partitions: 2,"
+        f" starting_position: 'gtid:{gtid_before}',"
+        " options: {maxBytesPerTrigger: '67108864'}}\n"
+        f"checkpoint: {checkpoint}\n"
+        "sinks:\n"
+        f"  - {{type: postgres, host: {pg['host']}, port: {pg.get('port', 5432)},"
+        f" user: {pg['user']}, database: {PG_DB}, create_tables: true, shards: 2,"
+        " batch_rows: 5000}\n"
+    )
+    runner = PipelineRunner(parse_pipeline_config(yaml, file="bench_pg.yaml"))
+    t0 = time.perf_counter()
+    runner.run(available_now=True, progress=sys.stderr)
+    wall = time.perf_counter() - t0
+    assert runner.query is not None
+    batches = [p for p in runner.query.recentProgress if p["numInputRows"]]
+    busy = sum(p["durationMs"].get("triggerExecution", 0) for p in batches) / 1000
+    print(f"headwater into PostgreSQL: {len(batches)} batches, {busy:.2f} s ({wall:.2f} s wall)")
+    return busy
+
+
+def pg_rows_equal(source: MariadbSandbox) -> bool:
+    sql = "SELECT COUNT(*), SUM(id), SUM(a), COUNT(b), SUM(c) FROM {}"
+    want = source.query(sql.format("bench.t"))[0]
+    conn = pg_connect(PG_DB)
+    try:
+        got = conn.execute(sql.format("bench.t")).fetchone()
+    finally:
+        conn.close()
+    return [int(x or 0) for x in got] == [int(x or 0) for x in want]
+
+
+def pg_copy(source: MariadbSandbox) -> tuple[int, float]:
+    """``(rows, seconds)`` of PostgreSQL's own ``COPY`` loading the final rows of
+    ``bench.t`` (as CSV text built beforehand) into a table of the same shape, committed."""
+    rows = source.query("SELECT id, a, b, c, ts FROM bench.t")
+    text = "".join(
+        f"{i},{a},{'' if b is None else b},{'' if c is None else c},{ts}\n"
+        for i, a, b, c, ts in rows
+    ).encode()
+    conn = pg_connect(PG_DB)
+    try:
+        conn.execute(
+            "CREATE TABLE copy_t (id INT PRIMARY KEY, a INT NOT NULL, b VARCHAR(64),"
+            " c NUMERIC(10,2), ts BIGINT NOT NULL)"
+        )
+        conn.autocommit = False
+        t0 = time.perf_counter()
+        with conn.cursor() as cur, cur.copy("COPY copy_t FROM STDIN (FORMAT csv)") as copy:
+            copy.write(text)
+        conn.commit()
+        elapsed = time.perf_counter() - t0
+    finally:
+        conn.close()
+    return len(rows), elapsed
 
 
 # --- the naive replicator -----------------------------------------------------------------
@@ -276,7 +465,9 @@ def applied_all(query: Any, end_seq: int) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--full", action="store_true", help="the default sizes (500 000 rows)")
     ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--single", type=int, default=None, help="single-row INSERTs")
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--rounds", type=int, default=3, help="headwater rounds (median counts)")
@@ -287,16 +478,21 @@ def main() -> None:
         " instead of the server's durable default (1)",
     )
     args = ap.parse_args()
-    rows = args.rows or (20_000 if args.quick else 50_000)
+    rows = args.rows or (20_000 if args.quick else 500_000)
+    single = args.single or (2_000 if args.quick else 10_000)
     seconds = args.seconds or (8.0 if args.quick else 30.0)
 
     tmp = Path(tempfile.mkdtemp(prefix="hw-bench-pipeline-"))
     source = MariadbSandbox(SandboxOptions()).start()
     durability = () if args.relaxed_target else ("--innodb-flush-log-at-trx-commit=1",)
     target = MariadbSandbox(SandboxOptions(server_id=2, log_bin=False, extra=durability)).start()
+    replica = MariadbSandbox(SandboxOptions(server_id=3, log_bin=False, extra=durability)).start()
     print(
-        "target: innodb_flush_log_at_trx_commit="
-        + str(target.query("SELECT @@innodb_flush_log_at_trx_commit")[0][0]),
+        "target, replica: innodb_flush_log_at_trx_commit="
+        + str(target.query("SELECT @@innodb_flush_log_at_trx_commit")[0][0])
+        + ", "
+        + str(replica.query("SELECT @@innodb_flush_log_at_trx_commit")[0][0])
+        + f"; load average {os.getloadavg()[0]:.1f}",
         file=sys.stderr,
     )
     task: ReaderTask | None = None
@@ -306,7 +502,7 @@ def main() -> None:
     try:
         # The tables of every round exist before the pipeline starts: a DDL record in a
         # timed round would cost it a micro-batch of its own.
-        tables = ["t", *(f"t{n}" for n in range(2, args.rounds + 1))]
+        tables = ["t", *(f"t{n}" for n in range(2, args.rounds + 1)), "s"]
         source.execute(
             "CREATE DATABASE bench", *(TABLE.format(db="bench", table=t) for t in tables),
             "CREATE TABLE bench.warm (id INT PRIMARY KEY, v INT)",
@@ -316,6 +512,10 @@ def main() -> None:
             TABLE.format(db="bench_naive", table="t"),
             *(TABLE.format(db="bench_hw", table=t) for t in tables),
         )  # fmt: skip
+        replica.execute(
+            "CREATE DATABASE bench", *(TABLE.format(db="bench", table=t) for t in ("t", "s"))
+        )
+        setup_replica(replica, source)
         start = source.binlog_position()
         config = SourceConfig(
             name="bench",
@@ -380,10 +580,13 @@ def main() -> None:
 
         # The workload, committed while nobody reads the binlog.
         workload_start = source.binlog_position()
+        gtid_before = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
         changes = workload(source, rows)
         expected = checksum(source, "bench")
         source_gtid = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
         print(f"workload: {changes} row changes, {expected[0]} rows left", file=sys.stderr)
+
+        native_rates = native(source, replica, "t", (gtid_before, source_gtid), changes)
 
         naive_s = naive(source, target, workload_start)
         assert checksum(target, "bench_naive") == expected, "naive target differs"
@@ -434,6 +637,24 @@ def main() -> None:
         hw_rate = statistics.median(rates)
         print(f"headwater: median of {len(rates)} rounds {hw_rate:,.0f} rows/s")
 
+        # PostgreSQL: the same workload by a second pipeline, against COPY of the result.
+        pg_s = pg_pipeline(tmp / "task", tmp / "checkpoint_pg", gtid_before)
+        assert pg_rows_equal(source), "PostgreSQL target differs"
+        copy_rows, copy_s = pg_copy(source)
+        pg_rate, copy_rate = changes / pg_s, copy_rows / copy_s
+        print(f"headwater into PostgreSQL: {pg_rate:,.0f} rows/s; COPY {copy_rate:,.0f} rows/s")
+
+        # Single-row transactions: MariaDB's replication, then headwater, same binlog.
+        stop_reader()
+        gtid_from = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
+        single_changes = single_workload(source, single)
+        gtid_to = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
+        print(f"single-row workload: {single_changes} transactions", file=sys.stderr)
+        native_single = native(source, replica, "s", (gtid_from, gtid_to), single_changes)
+        hw_single = single_changes / timed(
+            "s", single_changes, checksum(source, "bench", "s"), gtid_to
+        )
+
         lat = latency(source, target, args.rate, seconds, first_id=10_000_000)
         print(
             f"latency at {args.rate} rows/s for {seconds:.0f} s: {len(lat)} rows,"
@@ -441,7 +662,17 @@ def main() -> None:
         )
         print(f"latency_p50_s={pct(lat, 0.5):.3f}")
         print(f"latency_p99_s={pct(lat, 0.99):.3f}")
+        print(f"naive: {naive_rate:,.0f} rows/s (batched)")
+        for label, rate in native_rates.items():
+            print(f"MariaDB replication {label}: {rate:,.0f} rows/s (batched)")
+        for label, rate in native_single.items():
+            print(f"MariaDB replication {label}: {rate:,.0f} rows/s (single-row)")
+        print(f"headwater: {hw_rate:,.0f} rows/s (batched), {hw_single:,.0f} rows/s (single-row)")
+        print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         print(f"pipeline_speedup_vs_naive={hw_rate / naive_rate:.1f}")
+        print(f"pipeline_pg_vs_copy={pg_rate / copy_rate:.2f}")
+        print(f"pipeline_vs_native_replication_single={hw_single / native_single['serial']:.2f}")
+        print(f"pipeline_vs_native_replication={hw_rate / native_rates['serial']:.2f}")
     finally:
         stop.set()
         if running is not None:
@@ -452,6 +683,7 @@ def main() -> None:
             thread.join(10)
         source.stop()
         target.stop()
+        replica.stop()
 
 
 if __name__ == "__main__":
