@@ -160,7 +160,15 @@ def recovery(url: str) -> float:
                 assert time.monotonic() < deadline, "the members did not share the shards"
                 time.sleep(0.1)
             time.sleep(0.5)
-            victim = {s for _t, s in lines[0]}
+            # the shards member 0 owns now: those it handled last (a member that started
+            # first owned every shard for a while; the other took its share since)
+            last: dict[int, tuple[float, int]] = {}
+            for i in range(2):
+                for t, s in list(lines[i]):
+                    if s not in last or t > last[s][0]:
+                        last[s] = (t, i)
+            victim = {s for s, (_t, i) in last.items() if i == 0}
+            assert victim, "member 0 owns no shard"
             procs[0].kill()
             killed = time.time()
             deadline = time.monotonic() + 60
