@@ -12,6 +12,14 @@ source's commit and the reader having the transaction in hand (server, network, 
 
 The writer runs in its own thread with its own connection; its failures are logged and
 counted and never stop the task.
+
+Heartbeats also cut the stream into intervals, as DBUS counts rows per table between two
+heartbeats: when a heartbeat's transaction is committed the task calls
+:meth:`HeartbeatWriter.passed` with its time and the change log's next seq (every record
+before it belongs to intervals that have ended). The last ``MARKS`` such marks are in the
+task's status (``heartbeat_marks``: ``[ts_us, seq]`` pairs, oldest first); the HTTP server
+counts the rows per table of each interval from the records' table lists
+(``headwater.server.tablecounts``), so capture itself counts nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from headwater.binlog.constants import EVENT_HEADER
@@ -30,9 +39,12 @@ from headwater.binlog.preflight import heartbeat_grant_problem
 from headwater.config import HeartbeatConfig, HostConfig, SourceConfig
 from headwater.reader.source import connect
 
-__all__ = ["HeartbeatWriter", "heartbeat_times"]
+__all__ = ["MARKS", "HeartbeatWriter", "heartbeat_times"]
 
 log = logging.getLogger(__name__)
+
+#: Heartbeat marks a task keeps (``MARKS - 1`` intervals between them).
+MARKS = 13
 
 
 def _raw(data: bytes) -> RawEvent:
@@ -82,6 +94,7 @@ class HeartbeatWriter:
         self._conn: Any = None
         self._checked: set[HostConfig] = set()
         self._warned: str | None = None  # the failure last logged (None: writes succeed)
+        self._marks: deque[tuple[int, int]] = deque(maxlen=MARKS)
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -146,6 +159,15 @@ class HeartbeatWriter:
             return
         if problem is not None:
             log.warning("%s: %s", self.source.name, problem)
+
+    def passed(self, ts_us: int, next_seq: int) -> None:
+        """A heartbeat written at ``ts_us`` was committed; records from ``next_seq`` on
+        come after it. (Called by the task's thread; read by the server's.)"""
+        self._marks.append((ts_us, next_seq))
+
+    def marks(self) -> list[list[int]]:
+        """The last heartbeats passed, oldest first: ``[ts_us, next_seq]`` pairs."""
+        return [[ts, seq] for ts, seq in list(self._marks)]
 
     def point_at(self, host: HostConfig) -> None:
         """Write to ``host`` from now on (the task failed over)."""

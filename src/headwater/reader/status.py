@@ -81,6 +81,7 @@ def task_status(task: ReaderTask) -> dict[str, Any]:
         "reconnects": task.reconnects,
         "heartbeats_written": 0 if hb is None else hb.written,
         "heartbeat_errors": 0 if hb is None else hb.errors,
+        "heartbeat_marks": [] if hb is None else hb.marks(),
         "retention": retention,
     }
 

@@ -612,6 +612,9 @@ class ReaderTask:
             times = heartbeat_times(done.watched, self._grouper.fde, self.heartbeat.row_id)
             if times:
                 self.lag_s = max(0.0, (_now_us() - times[-1]) / 1e6)
+                if self.store is not None:  # rows per table between heartbeats (DBUS)
+                    pending = len(self._grouper.pending)
+                    self.heartbeat.passed(times[-1], self.store.next_seq + pending)
 
     # -- persistence -----------------------------------------------------------------------
 

@@ -118,6 +118,7 @@ class HeadwaterServer:
         self.console = Console(tasks) if console is None else console
         self._token = None if self.options.token is None else self.options.token.encode()
         self._pool = FetchPool(self.options.fetch_workers) if self.options.fetch_workers else None
+        self.console.table_counts.pool = self._pool  # counted off the capture's process
         self._cpu = threading.Semaphore(1)  # in-process fetch work: one thread at a time
         self._httpd = _HTTPServer((self.options.host, self.options.port), _Handler, self.options)
         self._httpd.app = self
@@ -576,7 +577,7 @@ class _Handler(BaseHTTPRequestHandler):
         if method not in want.split(","):
             raise RequestError(405, f"{path} takes {want}", None)
         if path == "/metrics":
-            data = app.metrics.render(app.tasks)
+            data = app.metrics.render(app.tasks, app.console.table_counts.totals())
             return self._send(200, "text/plain; version=0.0.4; charset=utf-8", [data])
         if path == "/v1/info":
             return self._json(200, app.info())

@@ -11,6 +11,8 @@ What it shows:
 
 * every task: state, source position, GTID set, change id, retained range, lag, last
   error (what ``/v1/info`` serves);
+* per task, rows per table between its last heartbeats (``TableCounts``, DBUS's
+  statistic: ``headwater.server.tablecounts``), counted as the sampler runs;
 * per task, the lag over the last hour and the ingest rate (records stored per second),
   from samples this process takes every ``sample_s`` seconds into a ring buffer
   (``window_s / sample_s`` samples per task; lost on restart: Prometheus keeps history);
@@ -51,6 +53,7 @@ from typing import Any
 
 from headwater.server import TaskHandle
 from headwater.server.requests import RequestError
+from headwater.server.tablecounts import Interval, TableCounts
 
 __all__ = ["MAX_PIPELINES", "Console", "Sample"]
 
@@ -103,6 +106,7 @@ class Console:
         self._samples: dict[str, deque[Sample]] = {}
         self._reports: dict[str, tuple[dict[str, Any], float]] = {}
         self._lags: dict[str, deque[tuple[float, float]]] = {}  # pipeline -> (at, lag)
+        self.table_counts = TableCounts()  # rows per table between heartbeats, per task
         self._files: list[Path] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -130,14 +134,19 @@ class Console:
         at = time.time() if now is None else now
         for name, handle in list(self.tasks.items()):
             try:
-                lag = handle.status_dict().get("lag_seconds")
+                status = handle.status_dict()
                 last = handle.change_log().latest()
             except Exception as e:  # a task whose log is not there yet, or is failing
                 log.debug("console: no sample of task %s: %s", name, e)
                 continue
-            sample = Sample(at, _float(lag), None if last is None else last.seq)
+            lag = _float(status.get("lag_seconds"))
+            sample = Sample(at, lag, None if last is None else last.seq)
             with self._lock:
                 self._samples.setdefault(name, deque(maxlen=self._size)).append(sample)
+            try:
+                self.table_counts.update(name, handle, status)
+            except Exception as e:  # counts come back at a later sample
+                log.warning("console: rows per table of task %s not counted: %s", name, e)
         for doc, _at in self._read_files().values():
             self._note_lag(doc)
 
@@ -274,6 +283,15 @@ class Console:
             parts.append(_SNAPSHOT_HEAD)
             parts.extend(_snapshot_row(*row) for row in snapshots)
             parts.append("</tbody></table>")
+        counted = [(name, self.table_counts.intervals(name)) for name in tasks]
+        if any(intervals for _, intervals in counted):
+            parts.append("<h2>Rows per table between heartbeats</h2>")
+            totals = self.table_counts.totals()
+            parts.extend(
+                _heartbeat_table(name, intervals, totals.get(name, {}))
+                for name, intervals in counted
+                if intervals
+            )
         parts.append("<h2>Lag and ingest, last hour</h2>")
         parts.extend(self._charts(name, now) for name in tasks)
         if pipelines:
@@ -351,6 +369,37 @@ def _pipeline_row(p: dict[str, Any]) -> str:
     ]
     cls = "red" if p["red"] else "ok"
     return f'<tr class="pipeline {cls}" data-pipeline="{_e(p.get("name"))}">{_cells(cells)}</tr>'
+
+
+#: Heartbeat intervals shown per task (the newest), and tables (the busiest in them).
+INTERVALS_SHOWN = 6
+TASK_TABLES_SHOWN = 20
+
+
+def _heartbeat_table(task: str, intervals: list[Interval], totals: dict[str, int]) -> str:
+    """Rows per table in the task's last heartbeat intervals (one column each, headed by
+    the heartbeat that ended it; * when records had gone before they were counted), and
+    since the server began counting."""
+    shown = intervals[-INTERVALS_SHOWN:]
+    recent: dict[str, int] = {}
+    for interval in shown:
+        for table, n in interval.rows.items():
+            recent[table] = recent.get(table, 0) + n
+    tables = sorted(recent, key=lambda t: (-recent[t], t))[:TASK_TABLES_SHOWN]
+    head = "".join(
+        f"<th>{_e(_clock(i.end_us / 1e6)[11:])}{'' if i.complete else '*'}</th>" for i in shown
+    )
+    rows = "".join(
+        f'<tr data-table="{_e(t)}"><td data-field="table">{_e(t)}</td>'
+        + "".join(f'<td data-field="interval">{i.rows.get(t, 0)}</td>' for i in shown)
+        + f'<td data-field="total">{totals.get(t, 0)}</td></tr>'
+        for t in tables
+    )
+    return (
+        f'<table class="heartbeat-counts" data-task="{_e(task)}"><caption>{_e(task)}: rows per '
+        f"table between heartbeats (columns end at the heartbeat, UTC)</caption><thead><tr>"
+        f"<th>table</th>{head}<th>since counting</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
 
 
 #: Tables shown per pipeline (the most rows written first; /v1/pipelines has them all).

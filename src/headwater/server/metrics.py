@@ -18,6 +18,8 @@ Families (all labelled ``task`` except the HTTP one)::
     headwater_fetch_bytes_total{task,format}               response body bytes
     headwater_http_requests_total{endpoint,code}
     headwater_fetch_in_flight                              fetches being answered (gauge)
+    headwater_task_table_rows_total{task,table}            rows per table in the heartbeat
+                                                           intervals counted (tablecounts.py)
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ _HELP = {
     "headwater_fetch_bytes_total": ("counter", "Fetch response body bytes served."),
     "headwater_http_requests_total": ("counter", "HTTP requests by endpoint and status."),
     "headwater_fetch_in_flight": ("gauge", "Fetches being answered (long-polls included)."),
+    "headwater_task_table_rows_total": (
+        "counter",
+        "Rows per table in the task's heartbeat intervals counted since the server started.",
+    ),
 }
 _STATUS = {
     "events_in": "headwater_events_in_total",
@@ -114,10 +120,20 @@ class Metrics:
         self.inc("headwater_fetch_rows_total", rows, task=task, format=fmt)
         self.inc("headwater_fetch_bytes_total", nbytes, task=task, format=fmt)
 
-    def render(self, tasks: Mapping[str, TaskHandle]) -> bytes:
+    def render(
+        self,
+        tasks: Mapping[str, TaskHandle],
+        table_rows: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> bytes:
+        """The exposition; ``table_rows``: per task, rows per table between heartbeats
+        (``TableCounts.totals``)."""
         samples: dict[str, list[tuple[Labels, float]]] = {name: [] for name in _HELP}
         for name, handle in sorted(tasks.items()):
             self._task_samples(name, handle, samples)
+        for task, rows in sorted((table_rows or {}).items()):
+            samples["headwater_task_table_rows_total"].extend(
+                ((("task", task), ("table", table)), n) for table, n in sorted(rows.items())
+            )
         with self._lock:
             for name, family in self._counters.items():
                 samples.setdefault(name, []).extend(sorted(family.items()))

@@ -116,6 +116,22 @@ class FetchPool:
             raise BinlogFormatError(result[1])
         raise StoreError(result[1])
 
+    def run(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(*args)`` (picklable, module level) in a worker and return its result
+        (other read-only work over the logs, e.g. ``headwater.server.tablecounts``);
+        StoreError when the server stops or the worker dies."""
+        pool = self._executor()
+        try:
+            return pool.submit(fn, *args).result()
+        except CancelledError:
+            raise StoreError("the server is stopping") from None
+        except BrokenProcessPool:
+            with self._lock:
+                if self._pool is pool:
+                    self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise StoreError("a worker process died") from None
+
     def close(self) -> None:
         with self._lock:
             pool, self._pool = self._pool, None
