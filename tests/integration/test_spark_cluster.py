@@ -22,13 +22,16 @@ it sees none of the driver's or the test's directories), see cluster_support.py.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pymysql
 import pytest
 
 from tests.integration.cluster_support import Cluster, standalone_cluster
@@ -150,8 +153,9 @@ def test_snapshot_then_stream_from_a_reader_api_into_mariadb_postgres_and_parque
     tmp_path: Path,
 ) -> None:
     """Rows before the reader's start, a reader serving HTTP, a workload; ``headwater
-    snapshot``, more workload with DDL, then ``pipeline run --available-now`` from the
-    record after the snapshot, both on the cluster: server source (schema from /v1/decoding, the
+    snapshot --mode initial`` on the cluster (the snapshot, then the stream from the
+    record after it in the same application), more workload with DDL meanwhile, SIGTERM
+    once the targets caught up: server source (schema from /v1/decoding, the
     snapshot's window over HTTP), a MariaDB target whose password is in ``password_env``
     on the driver only, PostgreSQL, and a Parquet change log and mirror on the shared
     directory. Afterwards every target equals the source."""
@@ -214,45 +218,49 @@ def test_snapshot_then_stream_from_a_reader_api_into_mariadb_postgres_and_parque
         config = tmp_path / "p.yaml"
         config.write_text(pipeline.format(start=""))
         before = {w: set(w.glob("app-*")) for w in cluster.work_dirs}
-        snap = subprocess.run(
-            [sys.executable, "-m", "headwater.cli.main", "snapshot", "--config", str(config),
-             "--tables", ",".join(f"{db}.{t}" for t in TABLES),
-             "--source", f"mysql://root@{mariadb.host}:{mariadb.port}",
-             "--chunk-rows", "8", "--master", cluster.master],
-            capture_output=True, text=True, env=env, timeout=900,
-        )  # fmt: skip
-        print(snap.stderr[-6000:])  # shown when an assertion below fails
-        assert snap.returncode == 0, snap.stderr[-4000:]
-        result = orjson.loads(snap.stdout.strip().splitlines()[-1])
-        snapshot_apps = {w: set(w.glob("app-*")) - before[w] for w in cluster.work_dirs}
-        mariadb.execute(  # DDL after the snapshot: a widened column, a new table with rows
-            f"ALTER TABLE `{db}`.orders MODIFY note VARCHAR(200) NULL",
-            f"CREATE TABLE `{db}`.ddl_t (id INT PRIMARY KEY, v VARCHAR(10))",
-            f"INSERT INTO `{db}`.ddl_t VALUES (1, 'a'), (2, 'b'), (3, 'c')",
-            f"UPDATE `{db}`.ddl_t SET v = 'z' WHERE id = 2",
-            f"DELETE FROM `{db}`.ddl_t WHERE id = 3",
-        )
-        workload.run(20)
-        wait_caught_up(service.tasks["live"], mariadb, timeout=120)
-        start = f'  starting_position: "{result["starting_position"]}"\n'
-        config.write_text(pipeline.format(start=start))
-        proc = subprocess.run(
-            [sys.executable, "-m", "headwater.cli.main", "pipeline", "run", "--config",
-             str(config), "--master", cluster.master, "--available-now"],
-            capture_output=True, text=True, env=env, timeout=900,
-        )  # fmt: skip
+        # --mode initial: no stored position, so snapshot, then stream from the record
+        # after it in the same application, until SIGTERM.
+        with (tmp_path / "stderr").open("w") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "headwater.cli.main", "snapshot", "--mode", "initial",
+                 "--config", str(config), "--tables", ",".join(f"{db}.{t}" for t in TABLES),
+                 "--source", f"mysql://root@{mariadb.host}:{mariadb.port}",
+                 "--chunk-rows", "8", "--master", cluster.master],
+                stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+            )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()  # the snapshot's result, once it is done
+            assert line, (tmp_path / "stderr").read_text()[-4000:]
+            result = orjson.loads(line)
+            mariadb.execute(  # DDL after the snapshot: a widened column, a new table
+                f"ALTER TABLE `{db}`.orders MODIFY note VARCHAR(200) NULL",
+                f"CREATE TABLE `{db}`.ddl_t (id INT PRIMARY KEY, v VARCHAR(10))",
+                f"INSERT INTO `{db}`.ddl_t VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+                f"UPDATE `{db}`.ddl_t SET v = 'z' WHERE id = 2",
+                f"DELETE FROM `{db}`.ddl_t WHERE id = 3",
+            )
+            workload.run(20)
+            wait_synced(proc, tmp_path / "stderr", mariadb, db, mariadb_target, postgres, dst)
+            proc.send_signal(signal.SIGTERM)  # stops after the current batch
+            returncode = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            assert proc.stdout is not None
+            proc.stdout.close()
     finally:
         service.stop()
-    print(proc.stderr[-6000:])  # shown when an assertion below fails
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    stderr_text = (tmp_path / "stderr").read_text()
+    print(stderr_text[-6000:])  # shown when an assertion below fails
+    assert returncode == 0, stderr_text[-4000:]
     # The snapshot read the change log over HTTP, in chunks on both workers' executors.
     state = SnapshotState.load(str(tmp_path / "ck" / "snapshot.json"))
     assert state is not None and not state.pending() and state.task_dir is None
     assert (state.server, state.task) == (url, "live")
     assert len(state.done) >= 4 and result["rows"] > 0
     assert result["rows"] == sum(int(d["rows"]) for d in state.done.values())
-    for work, apps in snapshot_apps.items():
-        assert apps, f"no executor of the snapshot on {work}"
     assert_synced(mariadb, db, mariadb_target, postgres, dst)
     pg_url = (
         f"postgresql://{postgres['user']}@{postgres['host']}:{postgres.get('port', 5432)}"
@@ -274,11 +282,36 @@ def test_snapshot_then_stream_from_a_reader_api_into_mariadb_postgres_and_parque
         pg_rows = conn.execute(f'SELECT id, v FROM "{dst}".ddl_t ORDER BY id').fetchall()
     assert [tuple(r) for r in pg_rows] == [tuple(r) for r in extra]
     assert_parquet_equals_source(spark, mariadb, db, dst, out)
-    # This application's executors ran on both workers.
+    # This application's executors (the snapshot's chunks, the stream) ran on both workers.
     for work in cluster.work_dirs:
-        assert set(work.glob("app-*")) - before[work] - snapshot_apps[work], (
-            f"no executor of the pipeline on {work}"
-        )
+        assert set(work.glob("app-*")) - before[work], f"no executor of the pipeline on {work}"
+
+
+def wait_synced(
+    proc: subprocess.Popen[str], stderr: Path, source: Any, db: str, target: Any,
+    pg: dict[str, Any], dst: str, timeout: float = 240,
+) -> None:  # fmt: skip
+    """Until both targets hold the source's tables (ddl_t included); fails at once when
+    the pipeline exits."""
+    import psycopg
+
+    from tests.integration.test_pipeline_e2e import assert_synced
+
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, stderr.read_text()[-4000:]
+        try:
+            assert_synced(source, db, target, pg, dst)
+            extra = source.query(f"SELECT id, v FROM `{db}`.ddl_t ORDER BY id")
+            assert target.query(f"SELECT id, v FROM `{dst}`.ddl_t ORDER BY id") == extra
+            with psycopg.connect(**pg) as conn:
+                got = conn.execute(f'SELECT id, v FROM "{dst}".ddl_t ORDER BY id').fetchall()
+            assert [tuple(r) for r in got] == [tuple(r) for r in extra]
+            return
+        except (AssertionError, psycopg.Error, pymysql.MySQLError):
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(1)  # each check reads every table of three servers
 
 
 def _text(value: Any) -> str | None:
