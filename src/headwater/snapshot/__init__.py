@@ -2,7 +2,8 @@
 
 Tables are split by key into chunks (:mod:`~headwater.snapshot.chunking`); each chunk is
 read by a Spark task between a low and a high watermark and reconciled with the change
-log's window (:mod:`~headwater.snapshot.watermarks`, :mod:`~headwater.snapshot.chunks`);
+log's window (:mod:`~headwater.snapshot.watermarks`, :mod:`~headwater.snapshot.chunks`),
+read from the reader's task directory or its HTTP API (:mod:`~headwater.snapshot.changelog`);
 waves of chunks go through the pipeline's transforms to its sinks with sequences that
 interleave with the stream (:mod:`~headwater.snapshot.runner`); a JSON state file makes a
 snapshot resumable at chunk granularity (:mod:`~headwater.snapshot.state`). Into

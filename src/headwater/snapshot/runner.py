@@ -6,7 +6,8 @@ is done. A wave:
 1. takes the next ``wave_chunks`` pending chunks and a new wave number (saved first);
 2. maps them on the executors, one Spark task per chunk (:func:`~headwater.snapshot.
    reader.run_chunk`: own connection, SELECT between watermarks, reconciliation with the
-   change log read from the task directory), persisting the result. Bulk chunks
+   change log read from the task directory or the reader's HTTP API:
+   :mod:`headwater.snapshot.changelog`), persisting the result. Bulk chunks
    (:mod:`headwater.snapshot.bulk`, chosen per table by
    :meth:`SnapshotRunner._choose_paths`) are loaded into the targets by the task itself
    and return only their window's changes: a wave of them is one job whose Spark tasks
