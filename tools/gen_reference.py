@@ -413,7 +413,9 @@ PIPELINE: tuple[Section, ...] = (
                 "Other source options as strings: `ddl`, `source`, `endingPosition`, "
                 "`maxBytesPerTrigger`, `minBytesPerPartition` (bytes a slice holds at least, "
                 "1 MiB by default), `burstWaitMs` (after an idle stream, how long a burst may "
-                "take to land before its micro-batch is cut; 200 by default), `burstQuietMs` (50).",
+                "take to land before its micro-batch is cut; 200 by default), `burstQuietMs` (50), "
+                "`idleAdvanceMs` (how long an end offset that only passes records the pipeline "
+                "does not read is held back; see docs/configuration.md).",
             ),
         ),
         hidden=frozenset(
@@ -426,6 +428,7 @@ PIPELINE: tuple[Section, ...] = (
                 "min_partition_bytes",
                 "burst_wait_ms",
                 "burst_quiet_ms",
+                "idle_advance_ms",
             }
         ),
     ),
@@ -551,6 +554,7 @@ PIPELINE: tuple[Section, ...] = (
             Row("timeout_s", "timeout_s"),
             Row("format, topic, ...", "bus", "fields", "—", "The bus fields below (stream keys)."),
         ),
+        hidden=frozenset({"_password"}),  # resolved on the driver, carried to executors
         intro="Redis Streams ([sinks-bus.md](sinks-bus.md)).",
     ),
     Section(
