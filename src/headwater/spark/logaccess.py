@@ -155,6 +155,11 @@ class LocalLog:
             self._end = (acked, end)
         return self._end[1]
 
+    def wait_past(self, end: int, timeout: float) -> None:
+        """Wait up to ``timeout`` s for a record at seq ``end`` or later to be acknowledged:
+        the store's inotify watch of the head file (no polling)."""
+        self._log.read_side.wait_for(end, timeout)
+
     def records(self, first: int, end: int) -> Iterator[Record]:
         with self._log.reader(AtSeq(first)) as reader:
             for seq in range(first, end):

@@ -42,10 +42,11 @@ Trigger.AvailableNow reads to its fixed end as before.
 
 An idle stream is also polled less: Spark asks ``latestOffset`` again 10 ms after each
 "nothing new", each time a round trip from the JVM to the source's Python process (about
-1.5 ms of CPU in all on this machine, 100 times a second). ``latestOffset`` looks at the
-log's end every ``IDLE_CHECK_S`` (20 ms; a local log's end costs a read of its head file)
-for up to ``IDLE_WAIT_S`` (0.25 s) before it says so, and returns as soon as the log
-grows: new records wait no longer than before, and Spark asks four times a second.
+1.5 ms of CPU in all on this machine, 100 times a second). ``latestOffset`` waits up to
+``IDLE_WAIT_S`` (0.5 s) for the log to grow before it says so, and returns as soon as it
+does: on a task directory it sleeps on the store's inotify watch of the head file (the
+writer's acknowledgements wake it), over HTTP it looks every ``IDLE_CHECK_S`` (20 ms).
+New records wait no longer than before, and Spark asks twice a second.
 ``reportLatestOffset`` reuses the end ``latestOffset`` just saw.
 """
 
@@ -303,10 +304,15 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
             # while before saying so; Spark asks again 10 ms after the answer.
             seen = self._end[0] if self._end is not None else None
             while True:
-                if time.monotonic() + IDLE_CHECK_S > deadline:
+                remaining = deadline - time.monotonic()
+                if remaining < IDLE_CHECK_S:
                     return start
-                time.sleep(IDLE_CHECK_S)
-                if self.log().end()[0] != seen:
+                changelog = self.log()
+                if isinstance(changelog, LocalLog) and seen is not None:
+                    changelog.wait_past(seen, remaining)  # woken by the writer's head update
+                else:
+                    time.sleep(IDLE_CHECK_S)
+                if changelog.end()[0] != seen:
                     break
 
     def _latest(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any] | None:
