@@ -49,7 +49,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +59,7 @@ from headwater.changes.schema import change_row_values, change_schema
 from headwater.changes.sequence import record_of
 from headwater.connections import SourceConnection
 from headwater.position import Position
+from headwater.sinks.failfast import Failed, catch_terminal
 from headwater.snapshot.changelog import LogRef, SnapshotLog
 from headwater.snapshot.chunks import ChunkConnections, ChunkTask, connect_source, run_chunk
 from headwater.snapshot.keys import KeyOrder, decode_key
@@ -150,6 +151,25 @@ def _chunk_partition(tasks: Iterable[ChunkTask]) -> Iterable[tuple[str, Any]]:
         conns.close()
         raise
     conns.release()
+
+
+@catch_terminal
+def _guarded_chunks(tasks: Iterable[ChunkTask]) -> Iterable[tuple[str, Any]]:
+    return _chunk_partition(tasks)
+
+
+def _chunk_items(tasks: Iterable[ChunkTask]) -> Iterator[tuple[str, Any]]:
+    """:func:`_chunk_partition` whose error a retry cannot fix (a missing privilege on a
+    bulk target, a log the executor cannot open) ends its output as a ``("failed",
+    Failed)`` item: the task succeeds, Spark does not run it again, and the driver raises
+    the error (:mod:`headwater.sinks.failfast`, issue #16)."""
+    for item in _guarded_chunks(tasks):
+        yield ("failed", item) if isinstance(item, Failed) else item
+
+
+def _raise_failed(failed: Iterable[Any]) -> None:
+    for item in failed:
+        raise item.exception()
 
 
 def _warm_partition(modules: tuple[str, ...], items: Iterable[int]) -> Iterable[int]:
@@ -341,15 +361,22 @@ class SnapshotRunner:
             # least one task per executor core (up to one per chunk): on a cluster a
             # wave of four chunks in one task ran on one worker while the others idled.
             slices = bulk_slices(len(tasks), sc.defaultParallelism)
-            out = sc.parallelize(tasks, slices).mapPartitions(_chunk_partition)
+            out = sc.parallelize(tasks, slices).mapPartitions(_chunk_items)
             items = out.collect()
+            _raise_failed(v for k, v in items if k == "failed")
             metas = [v for k, v in items if k == "meta"]
             rows = [v for k, v in items if k == "row"]
         else:
-            out = sc.parallelize(tasks, len(tasks)).mapPartitions(_chunk_partition)
+            out = sc.parallelize(tasks, len(tasks)).mapPartitions(_chunk_items)
             out = out.persist(StorageLevel.MEMORY_AND_DISK)
-            metas = out.filter(lambda kv: kv[0] == "meta").map(lambda kv: kv[1]).collect()
+            metas = out.filter(lambda kv: kv[0] != "row").collect()
             rows = out.filter(lambda kv: kv[0] == "row").map(lambda kv: kv[1])
+            try:
+                _raise_failed(v for k, v in metas if k == "failed")
+            except BaseException:
+                out.unpersist()
+                raise
+            metas = [v for k, v in metas if k == "meta"]
         try:
             catchup = self._catch_up(state, metas, orders, tlog, conn)
             if catchup or any(m["emitted"] for m in metas):
