@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
-import random
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,15 +45,6 @@ pytestmark = pytest.mark.integration
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 TOKEN = "tok-snapshot-3c9d"
-
-
-class PacedChurn(Churn):
-    """:class:`Churn` at about 100 statements a second: enough to overlap every chunk,
-    few enough that the stream after the snapshot stays short."""
-
-    def step(self, cur: object, rng: random.Random) -> None:
-        super().step(cur, rng)
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -152,7 +141,7 @@ def test_snapshot_over_http_under_concurrent_changes_then_stream_equals_source(
     assert plan_snapshot("initial", checkpoint=config.checkpoint, log=log)
     wait_caught_up(running.task, mariadb)
     tables = ",".join(f"{db}.{t}" for t in SHAPES)
-    with PacedChurn(mariadb, db, seed=23, rows=400) as churn:
+    with Churn(mariadb, db, seed=23, rows=400) as churn:
         result = run_snapshot(
             spark,
             config,

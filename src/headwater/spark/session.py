@@ -145,6 +145,8 @@ _START_UP_NOISE = re.compile(
     r"|Setting default log level to"
     r"|To adjust logging level use sc.setLogLevel"
     r"|ResolveWriteToStream: spark.sql.adaptive.enabled is not supported in streaming"
+    # DataSketches (approx_top_k of the per-table counts) on its first use, on Java 17
+    r"|Java versions > Java 11 can only operate in restricted mode"
 )
 #: A log4j line of Spark's default layout: ``26/11/24 07:31:02 WARN Utils: ...``.
 _LOG4J = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
