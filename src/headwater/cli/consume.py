@@ -2,8 +2,11 @@
 
 ``headwater consume run [--reader URL ...] --task T --group G [--tables db.t,...]
 [--shards N] [--decode client|json|protobuf] [--start S] (--checkpoints DIR | --postgres DSN
-| --zookeeper HOSTS) [--handler module:function]`` prints each change as one JSON line (or
-calls the handler with each batch) until SIGTERM/Ctrl-C, then saves the checkpoints; with
+| --zookeeper HOSTS) [--handler module:function | --to kafka|nats|redis --bus ADDRESS
+[--format F] [--topic T] | --sink FILE]`` prints each change as one JSON line (or calls the
+handler with each batch, or sends each batch to a message bus with the pipeline's bus
+sinks' messages and acks it once the bus confirmed it: :mod:`headwater.sinks.bus.direct`)
+until SIGTERM/Ctrl-C, then saves the checkpoints; with
 ``--zookeeper`` it joins the group there (and finds the readers there when no ``--reader``
 is given). ``headwater consume reshard --group G --shards N (--checkpoints DIR | --postgres
 DSN | --zookeeper HOSTS)`` changes a stopped group's shard count without loss (refused while
@@ -53,6 +56,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # dest differs from "handler": the CLI keeps each command's function there
     run.add_argument(
         "--handler", dest="handler_module", help="module:function called with each batch"
+    )
+    bus = run.add_argument_group("send to a message bus (docs/sinks-bus.md)")
+    bus.add_argument("--to", choices=("kafka", "nats", "redis"), help="the bus to send to")
+    bus.add_argument(
+        "--bus",
+        metavar="ADDRESS",
+        help="with --to: Kafka bootstrap servers, a nats:// URL, or Redis HOST[:PORT]",
+    )
+    bus.add_argument("--format", help="with --to: change_row (default), debezium or ums")
+    bus.add_argument("--topic", help="with --to: topic/subject/stream name or template")
+    bus.add_argument(
+        "--sink",
+        metavar="FILE",
+        help="YAML file with one bus sink section (type: and the pipeline file's fields)",
     )
     run.set_defaults(handler=_run)
     reshard = actions.add_parser("reshard", help="change a stopped group's shard count")
@@ -118,10 +135,13 @@ def _run(args: argparse.Namespace) -> int:
     from headwater.client import Consumer, ConsumerOptions
     from headwater.spark.offsets import parse_start  # pure: imports no pyspark
 
-    handler = _print_batch
+    handler: Any = _print_batch
     if args.handler_module:
         module, _, name = args.handler_module.partition(":")
         handler = getattr(importlib.import_module(module), name or "handle")
+    writer = _bus_writer(args)
+    if writer is not None:
+        handler = writer
     store, zk = _store(args)
     options = ConsumerOptions(
         task=args.task, group=args.group, readers=tuple(args.reader),
@@ -143,6 +163,38 @@ def _run(args: argparse.Namespace) -> int:
         zk.stop()
         zk.close()
     return 0
+
+
+def _bus_writer(args: argparse.Namespace) -> Any:
+    """The bus writer of ``--to``/``--sink`` (None without them)."""
+    from headwater.errors import ConfigError
+
+    chosen = [o for o, v in (("--handler", args.handler_module), ("--to", args.to),
+                             ("--sink", args.sink)) if v]  # fmt: skip
+    if len(chosen) > 1:
+        raise ConfigError(f"give one of {', '.join(chosen)}", field=chosen[1])
+    loose = [o for o, v in (("--bus", args.bus), ("--format", args.format),
+                            ("--topic", args.topic)) if v is not None]  # fmt: skip
+    if loose and not args.to:
+        raise ConfigError("only with --to", field=loose[0])
+    if args.sink:
+        from headwater.sinks.bus.direct import load_sink_file
+
+        return load_sink_file(args.sink, group=args.group, shards=args.shards)
+    if not args.to:
+        return None
+    from headwater.sinks.bus.direct import BUS_KINDS, bus_writer
+
+    if not args.bus:
+        raise ConfigError(f"required with --to {args.to}", field="--bus")
+    fields: dict[str, Any] = {BUS_KINDS[args.to]: args.bus}
+    if args.to == "redis":
+        host, _, port = args.bus.rpartition(":") if ":" in args.bus else (args.bus, "", "")
+        if port and not port.isdigit():
+            raise ConfigError(f"expected HOST[:PORT], got {args.bus!r}", field="--bus")
+        fields = {"host": host, **({"port": int(port)} if port else {})}
+    fields.update({k: v for k, v in (("format", args.format), ("topic", args.topic)) if v})
+    return bus_writer(args.to, fields, group=args.group, shards=args.shards, where="--to")
 
 
 def _reshard(args: argparse.Namespace) -> int:
