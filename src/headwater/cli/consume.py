@@ -26,7 +26,9 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("consume", help="consume a task with the SDK: JSON lines or a handler")
+    p = sub.add_parser(
+        "consume", help="consume a task with the SDK: JSON lines, a handler or a bus"
+    )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = actions.add_parser("run", help="consume until interrupted (Ctrl-C saves checkpoints)")
     run.add_argument(
