@@ -1,4 +1,5 @@
-"""Build of the compiled part of headwater: the reader's ingest fast path (plain C API).
+"""Build of the compiled parts of headwater (plain C API): the reader's ingest fast path,
+the Spark source's image JSON renderer and the row image decoder.
 
 Everything else is in pyproject.toml; setuptools merges the two. The extension needs
 only the C compiler and the Python headers.
@@ -12,6 +13,16 @@ setup(
             "headwater._native._ingest",
             sources=["src/headwater/_native/ingest.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-        )
+        ),
+        Extension(
+            "headwater._native._imagejson",
+            sources=["src/headwater/_native/imagejson.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
+        Extension(
+            "headwater._native._rowimage",
+            sources=["src/headwater/_native/rowimage.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
     ]
 )

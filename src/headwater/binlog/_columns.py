@@ -35,6 +35,7 @@ __all__ = [
     "column_spec",
     "decimal_size",
     "json_diffs",
+    "native_spec",
     "vector",
 ]
 
@@ -478,6 +479,93 @@ def value_width(col: Col) -> int:
     spec = column_spec(col, 0, {})
     assert isinstance(spec, Fixed)
     return spec.size
+
+
+#: One column of a compiled image (headwater._native._rowimage.Image): kind name, two
+#: integer parameters, names or a charmap table.
+NativeSpec = tuple[str, int, int, object]
+
+_NATIVE_INTS: dict[int, str] = {
+    _T.TINY: "8",
+    _T.SHORT: "16",
+    _T.INT24: "24",
+    _T.LONG: "32",
+    _T.LONGLONG: "64",
+}
+_NATIVE_FIXED: dict[int, str] = {
+    _T.FLOAT: "float",
+    _T.DOUBLE: "double",
+    _T.YEAR: "year",
+    _T.DATE: "date",
+    _T.NEWDATE: "date",
+    _T.TIMESTAMP: "timestamp",
+}
+_NATIVE_FSP: dict[int, str] = {
+    _T.DATETIME2: "datetime2",
+    _T.TIMESTAMP2: "timestamp2",
+    _T.TIME2: "time2",
+}
+_BLOBS = (_T.BLOB, _T.TINY_BLOB, _T.MEDIUM_BLOB, _T.LONG_BLOB)
+
+
+@lru_cache(maxsize=1)
+def _mysql_latin1() -> str:
+    # The registered codec's own table (charsets.py): byte b -> character b of this text.
+    return bytes(range(256)).decode("mysql-latin1")
+
+
+def _native_text(prefix: int, codec: str | None) -> NativeSpec | None:
+    if codec is None:
+        return ("bytes", prefix, 0, None)
+    if codec == "utf-8":
+        return ("utf8", prefix, 0, None)
+    if codec == "ascii":
+        return ("ascii", prefix, 0, None)
+    if codec == "iso8859-1":
+        return ("latin1", prefix, 0, None)
+    if codec == "mysql-latin1":
+        return ("charmap", prefix, 0, _mysql_latin1())
+    return None  # other charsets: the generated Python decoder
+
+
+def native_spec(col: Col) -> NativeSpec | None:
+    """How the compiled row decoder reads ``col`` (the same values as :func:`column_spec`'s
+    code), or None when it does not: MySQL binary JSON, VECTOR, the NULL type, the pre-5.6
+    TIME and DATETIME, charsets other than UTF-8, ASCII and latin1, BIT over 64 bits, and
+    metadata :func:`column_spec` refuses (the Python path raises its error)."""
+    t, meta = col.type, col.meta
+    if t in _NATIVE_INTS:
+        return (("u" if col.unsigned else "i") + _NATIVE_INTS[t], 0, 0, None)
+    if t in _NATIVE_FIXED:
+        return (_NATIVE_FIXED[t], 0, 0, None)
+    if t in _NATIVE_FSP:
+        return (_NATIVE_FSP[t], meta, 0, None) if 0 <= meta <= 6 else None
+    if t == _T.NEWDECIMAL:
+        precision, scale = meta >> 8, meta & 0xFF
+        valid = 0 < precision <= 65 and scale <= precision and scale <= 30
+        return ("decimal", precision, scale, None) if valid else None
+    if t == _T.BIT:
+        nbytes = (meta >> 8) + (1 if meta & 0xFF else 0)
+        return ("bit", nbytes, 0, None) if nbytes <= 8 else None
+    if t == _T.ENUM:
+        size = meta & 0xFF
+        return ("enum", size, 0, col.enum_values) if size in (1, 2) else None
+    if t == _T.SET:
+        size = meta & 0xFF
+        return ("set", size, 0, col.set_values) if 1 <= size <= 8 else None
+    if t == _T.STRING:
+        length = _string_length(meta)
+        prefix = 1 if length < 256 else 2
+        if col.codec is None:
+            return ("binary", prefix, length, None)
+        return _native_text(prefix, col.codec)
+    if t in (_T.VARCHAR, _T.VAR_STRING):
+        return _native_text(1 if meta < 256 else 2, col.codec)
+    if t in _BLOBS:
+        return _native_text(meta, col.codec) if 1 <= meta <= 4 else None
+    if t == _T.GEOMETRY:
+        return ("bytes", meta, 0, None) if 1 <= meta <= 4 else None
+    return None
 
 
 def _set_names(names: tuple[str, ...]) -> Callable[[int], tuple[str, ...] | int]:

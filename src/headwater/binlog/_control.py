@@ -37,6 +37,7 @@ from typing import Any
 
 from headwater.binlog._context import BinlogEvent, DecodeContext
 from headwater.binlog._cursor import Cursor
+from headwater.binlog._frozen import maker
 from headwater.binlog.charsets import codec_for_collation
 from headwater.binlog.codec import decimal_size, row_decoder_for
 from headwater.binlog.constants import LOG_EVENT_ARTIFICIAL_F, ColumnType, EventType
@@ -141,6 +142,8 @@ class XidEvent(BinlogEvent):
 
 
 _XID = struct.Struct("<Q").unpack_from
+#: XidEvent(...) at the cost of a plain class: one per transaction (see _frozen).
+_make_xid = maker(XidEvent)
 
 
 def parse_xid(raw: RawEvent, ctx: DecodeContext) -> XidEvent:
@@ -149,7 +152,7 @@ def parse_xid(raw: RawEvent, ctx: DecodeContext) -> XidEvent:
     body = raw.body
     start = ctx.post_header_length(raw.type_code)
     if len(body) >= start + 8:
-        return XidEvent(_XID(body, start)[0])
+        return _make_xid(_XID(body, start)[0])
     return XidEvent(_skip_post_header(raw, ctx).u64("xid"))
 
 
@@ -331,11 +334,14 @@ class AnnotateRowsEvent(BinlogEvent):
     query: str
 
 
+_make_annotate_rows = maker(AnnotateRowsEvent)
+
+
 def parse_annotate_rows(raw: RawEvent, ctx: DecodeContext) -> AnnotateRowsEvent:
     body = raw.body
     start = ctx.post_header_length(raw.type_code)
     if start <= len(body):  # one per statement: decoded in place, no Cursor
-        return AnnotateRowsEvent(str(body[start:], "utf-8", "replace"))
+        return _make_annotate_rows(str(body[start:], "utf-8", "replace"))
     cur = _skip_post_header(raw, ctx)
     return AnnotateRowsEvent(cur.rest().decode("utf-8", "replace"))
 

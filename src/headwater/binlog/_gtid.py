@@ -77,6 +77,7 @@ from dataclasses import dataclass
 from headwater._varlen import VarlenError, read_int, read_uint
 from headwater.binlog._context import BinlogEvent, DecodeContext
 from headwater.binlog._cursor import Cursor
+from headwater.binlog._frozen import maker
 from headwater.binlog.constants import EventType
 from headwater.binlog.framing import RawEvent
 from headwater.errors import BinlogFormatError, TruncatedError
@@ -134,6 +135,10 @@ class GtidEvent(BinlogEvent):
         return None if self.gno == 0 else MysqlGtid(self.sid, self.gno, self.tag)
 
 
+#: GtidEvent(...) at the cost of a plain class: one per transaction (see _frozen).
+_make_gtid = maker(GtidEvent)
+
+
 def parse_gtid(raw: RawEvent, ctx: DecodeContext) -> GtidEvent:
     cur = Cursor(raw.body)
     flags = cur.u8("flags")
@@ -167,7 +172,7 @@ def parse_gtid(raw: RawEvent, ctx: DecodeContext) -> GtidEvent:
             original_version = cur.u32("original_server_version")
         if cur.remaining >= 8:
             ticket = cur.u64("commit_group_ticket")
-    return GtidEvent(
+    return _make_gtid(
         flags,
         sid,
         gno,
@@ -180,6 +185,7 @@ def parse_gtid(raw: RawEvent, ctx: DecodeContext) -> GtidEvent:
         immediate_version,
         original_version,
         ticket,
+        "",
     )
 
 
@@ -406,6 +412,10 @@ _GTID_SLOW_FLAGS2 = FL_GROUP_COMMIT_ID | FL_PREPARED_XA | FL_COMPLETED_XA
 _GTID_SLOW_EXTRA = FL_EXTRA_MULTI_ENGINE_E1 | FL_COMMIT_ALTER_E1 | FL_ROLLBACK_ALTER_E1
 
 
+#: MariadbGtidEvent(...) at the cost of a plain class: one per transaction (see _frozen).
+_make_mariadb_gtid = maker(MariadbGtidEvent)
+
+
 def parse_mariadb_gtid(raw: RawEvent, ctx: DecodeContext) -> MariadbGtidEvent:
     body = raw.body
     if len(body) >= _MARIADB_GTID_HEAD.size:
@@ -413,8 +423,8 @@ def parse_mariadb_gtid(raw: RawEvent, ctx: DecodeContext) -> MariadbGtidEvent:
         # unpack; everything else takes the field-by-field path below.
         seq_no, domain_id, flags2, flags_extra = _MARIADB_GTID_HEAD.unpack_from(body)
         if not flags2 & _GTID_SLOW_FLAGS2 and not flags_extra & _GTID_SLOW_EXTRA:
-            return MariadbGtidEvent(
-                seq_no, domain_id, raw.server_id, flags2, None, None, flags_extra
+            return _make_mariadb_gtid(
+                seq_no, domain_id, raw.server_id, flags2, None, None, flags_extra, None, None
             )
     cur = Cursor(body)
     seq_no = cur.u64("seq_no")

@@ -3,7 +3,8 @@
 A :class:`BinlogClient` speaks the replication protocol of MySQL 5.6+ and MariaDB 10.x:
 
 1. connect and authenticate with PyMySQL, TLS as :class:`TlsOptions` says (MySQL's
-   ``--ssl-mode``; without options ``preferred``: TLS when offered, not verified);
+   ``--ssl-mode``; without options ``preferred``: TLS when offered, not verified; see
+   :func:`connect_mysql` for how ``preferred`` avoids PyMySQL's CA-loading context);
 2. :func:`headwater.binlog.preflight.preflight`: log_bin, binlog_format=ROW, privileges,
    start position still on the server, server_id not taken;
 3. session variables the dump thread reads (MariaDB sql/sql_repl.cc, MySQL
@@ -32,11 +33,13 @@ are mapped to the typed errors of :mod:`headwater.errors`; none carries the pass
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import secrets
 import socket
 import ssl
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +56,7 @@ from headwater.binlog._packets import (
     COM_BINLOG_DUMP,
     COM_BINLOG_DUMP_GTID,
     COM_REGISTER_SLAVE,
+    DEFAULT_BUFFER_SIZE,
     ClientEvent,
     EventFramer,
     ServerErrorPacket,
@@ -87,6 +91,7 @@ __all__ = [
     "ClientOptions",
     "TlsOptions",
     "client_from_url",
+    "connect_mysql",
     "options_from_url",
 ]
 
@@ -156,9 +161,10 @@ class TlsOptions:
             raise ConfigError("a client key needs its certificate (tls.cert)", field="tls.key")
 
     def connect_args(self) -> dict[str, Any]:
-        """Keyword arguments for ``pymysql.connect``. PyMySQL itself tries TLS without
+        """Keyword arguments for one ``pymysql.connect``. PyMySQL itself tries TLS without
         checking anything when given no ``ssl`` (``preferred``), and insists on TLS
-        (error 2026 when the server does not offer it) when given a context."""
+        (error 2026 when the server does not offer it) when given a context.
+        :func:`connect_mysql` does ``preferred`` at less cost."""
         if self.mode == "disabled":
             return {"ssl_disabled": True}
         if self.mode == "preferred":
@@ -182,8 +188,70 @@ class TlsOptions:
         return {"ssl": ctx}
 
 
-def _tls_args(tls: TlsOptions | None) -> dict[str, Any]:
-    return {} if tls is None else tls.connect_args()
+@functools.cache
+def _preferred_context() -> ssl.SSLContext:
+    """The TLS context of the ``preferred`` mode: encrypts, checks nothing (made once).
+
+    PyMySQL's own preferred mode (no ``ssl`` argument; pymysql/connections.py 2.2,
+    ``Connection.__init__`` then ``_create_ssl_ctx({})``) builds a fresh
+    ``ssl.create_default_context()`` per connection, which loads the system CA bundle
+    (``load_default_certs``: 20-85 ms of CPU here), and then sets ``check_hostname =
+    False`` and ``verify_mode = CERT_NONE`` because no CA was given (``hasnoca``): the
+    loaded CAs are never consulted. ``create_default_context`` is
+    ``SSLContext(PROTOCOL_TLS_CLIENT)`` plus those CAs (Lib/ssl.py), and that
+    constructor already sets OP_NO_SSLv2/OP_NO_SSLv3, which PyMySQL adds; PyMySQL's
+    clearing of VERIFY_X509_STRICT only matters when verifying. So this context is the
+    same security as PyMySQL's preferred mode, without the CA bundle. An SSLContext may
+    be shared by connections and threads (it is OpenSSL's SSL_CTX; each connection gets
+    its own SSL object).
+    """
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+#: Servers seen offering no TLS under ``preferred``: (host, port, unix socket) -> when
+#: (``time.monotonic``). Connections to them go in plain text at once for
+#: :data:`_NO_TLS_RECHECK` seconds, then TLS is tried again.
+_NO_TLS: dict[tuple[object, object, object], float] = {}
+_NO_TLS_RECHECK = 600.0
+
+
+def connect_mysql(tls: TlsOptions | None, **kwargs: Any) -> Any:
+    """``pymysql.connect(**kwargs)`` with TLS as ``tls`` says (``None``: ``preferred``).
+
+    ``disabled`` and the modes that insist on TLS pass :meth:`TlsOptions.connect_args`.
+    ``preferred`` passes the shared :func:`_preferred_context`; PyMySQL then insists on
+    TLS (a context means "required" to it), so a server that offers none answers with
+    error 2026 before any credential is sent (``_request_authentication``: the check of
+    the server's CLIENT_SSL capability comes before the handshake response), and the
+    connection is made again in plain text -- what PyMySQL's preferred mode does on one
+    connection. The server counts the dropped attempt as an aborted connect and logs a
+    warning ("closed normally without authentication"); the connection that follows at
+    once clears its count of interrupted connects from this host (``max_connect_errors``:
+    a successful connection resets it), so the host is never blocked. So that a server
+    without TLS does not log that warning for every connection, it is remembered as such
+    for ten minutes (:data:`_NO_TLS`), after which TLS is offered again: a server that
+    gains TLS is used with it within ten minutes (PyMySQL's own preferred mode checks on
+    every connection, at the cost of its CA-loading context).
+    """
+    if tls is not None and tls.mode != "preferred":
+        return pymysql.connect(**kwargs, **tls.connect_args())
+    address = (kwargs.get("host"), kwargs.get("port"), kwargs.get("unix_socket"))
+    seen = _NO_TLS.get(address)
+    if seen is None or time.monotonic() - seen > _NO_TLS_RECHECK:
+        try:
+            conn = pymysql.connect(**kwargs, ssl=_preferred_context())
+        except pymysql.err.OperationalError as e:
+            if not e.args or e.args[0] != CR_SSL_CONNECTION_ERROR:
+                raise
+            log.info("%s:%s offers no TLS: connecting in plain text", *address[:2])
+            _NO_TLS[address] = time.monotonic()
+        else:
+            _NO_TLS.pop(address, None)
+            return conn
+    return pymysql.connect(**kwargs, ssl_disabled=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,7 +278,7 @@ class ClientOptions:
     connect_timeout: float = 10.0
     read_timeout: float | None = None
     tls: TlsOptions | None = None
-    buffer_size: int = 8 * 1024 * 1024
+    buffer_size: int = DEFAULT_BUFFER_SIZE
     blocking: bool = True
     send_annotate_rows: bool = True
     verify_checksums: bool = True
@@ -414,7 +482,8 @@ class BinlogClient:
     def _open(self) -> Any:
         o = self.options
         try:
-            return pymysql.connect(
+            return connect_mysql(
+                o.tls,
                 host=o.host,
                 port=o.port,
                 user=o.user,
@@ -425,7 +494,6 @@ class BinlogClient:
                 autocommit=True,
                 charset="utf8mb4",
                 program_name="headwater",
-                **_tls_args(o.tls),
             )
         except pymysql.err.MySQLError as e:
             code = e.args[0] if e.args else 0
@@ -552,14 +620,14 @@ class BinlogClient:
         (kill_zombie_dump_threads), otherwise it is a transient loss."""
         o = self.options
         try:
-            conn = pymysql.connect(
+            conn = connect_mysql(
+                o.tls,
                 host=o.host,
                 port=o.port,
                 user=o.user,
                 password=o.password,
                 connect_timeout=min(o.connect_timeout, 2.0),
                 read_timeout=2.0,
-                **_tls_args(o.tls),
             )
         except pymysql.err.MySQLError:
             return ConnectionLostError(message)

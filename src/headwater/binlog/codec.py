@@ -53,6 +53,22 @@ has, no per-column dispatch, then compiles it once (cached by shape, see
 Text is decoded strictly first (cheaper), with ``surrogateescape`` only when that fails.
 Reads past the end surface as ``IndexError``/``struct.error`` inside the generated code and
 are turned into :class:`TruncatedError` here.
+
+Compiled fast path: when every column of an image has a reader in the C extension
+(``headwater._native._rowimage``, ``src/headwater/_native/rowimage.c``; which columns:
+:func:`._columns.native_spec` -- integers, FLOAT, DOUBLE, NEWDECIMAL, YEAR, DATE, TIMESTAMP,
+DATETIME2/TIMESTAMP2/TIME2, BIT up to 64 bits, ENUM, SET, and CHAR/BINARY/VARCHAR/BLOB/TEXT/
+GEOMETRY as bytes or in UTF-8, ASCII and latin1), :meth:`RowDecoder.decode_rows`,
+:meth:`~RowDecoder.decode_row_pairs`, :meth:`~RowDecoder.decode_image` and
+:meth:`~RowDecoder.count_rows` run in C and build the same Python objects with the C API:
+the same values, types and errors (its ``IndexError`` is translated like the generated
+code's; ``tests/unit/binlog/test_rowimage_differential.py`` compares both on random images).
+The C code hands an input back (returns None) where the generated code decides: a buffer
+that is not ``bytes``, an ``end`` past it, or a value whose Python form is arithmetic on
+out-of-range fields (a DECIMAL group above its digits, a DATETIME2 before year 0). MySQL's
+binary JSON, partial JSON, VECTOR, the pre-5.6 temporals, the NULL type and other charsets
+stay on the generated code; so does everything when the extension is not built
+(:data:`NATIVE` is False).
 """
 
 from __future__ import annotations
@@ -69,12 +85,14 @@ from headwater.binlog._columns import (
     Col,
     ColumnDef,
     Fixed,
+    NativeSpec,
     PartialJson,
     Spec,
     column_plan,
     column_spec,
     decimal_size,
     json_diffs,
+    native_spec,
     value_width,
     vector,
 )
@@ -83,12 +101,22 @@ from headwater.binlog.jsonb import decode_json
 from headwater.binlog.tablemap import TableMap
 from headwater.errors import BinlogFormatError, TruncatedError
 
+try:
+    from headwater._native import _rowimage
+except ImportError:  # built without the C extension: the generated Python code only
+    _rowimage = None  # type: ignore[assignment]
+
 __all__ = ["ColumnDef", "PartialJson", "RowDecoder", "decimal_size", "row_decoder_for"]
 
 _T = ColumnType
 
 #: Errors the generated code raises on short or garbled input; translated at the boundary.
 DECODE_ERRORS = (IndexError, struct.error, ValueError, OverflowError, TypeError)
+
+#: Whether decoders use the compiled row images (``headwater._native._rowimage``) where
+#: every column of an image has a compiled reader.
+NATIVE = _rowimage is not None
+_TRUNCATED = "row image runs past the end of the event"
 
 
 # ---------------------------------------------------------------------------------------
@@ -274,15 +302,48 @@ class RowDecoder:
     ``present`` arguments are the column indexes in the image, ascending (from the
     columns-present bitmaps of the rows event). Methods raise :class:`TruncatedError` when
     the bytes end inside a row and :class:`BinlogFormatError` on bytes that do not decode.
+
+    ``native`` (default :data:`NATIVE`): decode images whose every column the C extension
+    reads (:func:`._columns.native_spec`) in C, the same values and errors; the generated
+    code takes the other images, and the inputs the C code hands back (see rowimage.c).
     """
 
-    def __init__(self, table_map: TableMap, columns: Sequence[ColumnDef] | None = None) -> None:
+    def __init__(
+        self,
+        table_map: TableMap,
+        columns: Sequence[ColumnDef] | None = None,
+        *,
+        native: bool | None = None,
+    ) -> None:
         self.table_map = table_map
         self.plan = column_plan(table_map, columns)
         self._image: dict[tuple[tuple[int, ...], int], Callable[..., Any]] = {}
         self._rows: dict[tuple[int, ...], Callable[..., Any]] = {}
         self._pairs: dict[tuple[tuple[int, ...], tuple[int, ...]], Callable[..., Any]] = {}
         self._counts: dict[tuple[tuple[int, ...], tuple[int, ...]], Callable[..., Any]] = {}
+        self._py_counts: dict[tuple[tuple[int, ...], tuple[int, ...]], Callable[..., Any]] = {}
+        use = NATIVE if native is None else native and NATIVE
+        self._specs: tuple[NativeSpec | None, ...] | None = (
+            tuple(native_spec(c) for c in self.plan) if use else None
+        )
+        self._natives: dict[tuple[int, ...], Any] = {}
+
+    def _native(self, present: tuple[int, ...]) -> Any:
+        """The compiled image of ``present`` (a ``_rowimage.Image``), or None."""
+        try:
+            return self._natives[present]
+        except KeyError:
+            pass
+        image = None
+        specs = self._specs
+        if specs is not None and all(0 <= i < len(specs) and specs[i] for i in present):
+            kinds = _rowimage.KINDS
+            chosen = [specs[i] for i in present]
+            image = _rowimage.Image(
+                tuple((kinds[s[0]], s[1], s[2], s[3]) for s in chosen if s is not None)
+            )
+        self._natives[present] = image
+        return image
 
     def source(self, present: Sequence[int]) -> str:
         """The generated source of :meth:`decode_rows` for ``present`` (for debugging)."""
@@ -340,7 +401,34 @@ class RowDecoder:
         return fn
 
     def _count_fn(self, first: tuple[int, ...], second: tuple[int, ...]) -> Callable[..., Any]:
+        """``count(buf, p, end) -> rows``: compiled when both images are, else generated."""
         fn = self._counts.get((first, second))
+        if fn is None:
+            fn = self._native_counter(first, second) or self._py_count_fn(first, second)
+            self._counts[(first, second)] = fn
+        return fn
+
+    def _native_counter(
+        self, first: tuple[int, ...], second: tuple[int, ...]
+    ) -> Callable[..., Any] | None:
+        a = self._native(first)
+        b = self._native(second) if second else None
+        if a is None or (second and b is None):
+            return None
+        count = _rowimage.count
+        python = self._py_count_fn
+
+        def fn(buf: Any, p: int, end: int) -> int:
+            try:
+                n = count(a, b, buf, p, end)
+            except IndexError:
+                raise TruncatedError(_TRUNCATED) from None
+            return python(first, second)(buf, p, end) if n is None else n
+
+        return fn
+
+    def _py_count_fn(self, first: tuple[int, ...], second: tuple[int, ...]) -> Callable[..., Any]:
+        fn = self._py_counts.get((first, second))
         if fn is None:
             widths = [value_width(c) for c in self.plan]
             lines = ["def count(buf, p, end):", "    n = 0", "    while p < end:"]
@@ -353,7 +441,7 @@ class RowDecoder:
                 "        raise _Trunc('row image runs past the end of the event')",
                 "    return n",
             ]
-            fn = self._counts[(first, second)] = _Gen(self.plan).compile("count", lines)
+            fn = self._py_counts[(first, second)] = _Gen(self.plan).compile("count", lines)
         return fn
 
     def count_rows(
@@ -390,9 +478,13 @@ class RowDecoder:
         diff vector, decoded to :class:`PartialJson`).
         """
         cols = tuple(range(len(self.plan))) if present is None else tuple(present)
-        fn = self._image_fn(cols, partial_json)
         try:
-            values, end = fn(buf, pos, len(buf))
+            image = self._native(cols)
+            done = _rowimage.image(image, buf, pos) if image is not None else None
+            if done is not None:
+                values, end = done
+            else:
+                values, end = self._image_fn(cols, partial_json)(buf, pos, len(buf))
         except DECODE_ERRORS as exc:
             raise _translate(exc) from None
         if end > len(buf):
@@ -405,8 +497,14 @@ class RowDecoder:
         """Every image in ``buf[pos:end]`` (WRITE_ROWS / DELETE_ROWS)."""
         if not present:
             raise BinlogFormatError("rows event with no columns in its images")
+        cols = tuple(present)
         try:
-            return self._rows_fn(tuple(present))(buf, pos, end)  # type: ignore[no-any-return]
+            image = self._native(cols)
+            if image is not None:
+                rows = _rowimage.rows(image, buf, pos, end)
+                if rows is not None:
+                    return rows
+            return self._rows_fn(cols)(buf, pos, end)  # type: ignore[no-any-return]
         except DECODE_ERRORS as exc:
             raise _translate(exc) from None
 
@@ -416,9 +514,14 @@ class RowDecoder:
         """Every (before, after) pair of images in ``buf[pos:end]`` (UPDATE_ROWS)."""
         if not before and not after:
             raise BinlogFormatError("rows event with no columns in its images")
+        first, second = tuple(before), tuple(after)
         try:
-            fn = self._pairs_fn(tuple(before), tuple(after))
-            return fn(buf, pos, end)  # type: ignore[no-any-return]
+            b, a = self._native(first), self._native(second)
+            if b is not None and a is not None:
+                pairs = _rowimage.pairs(b, a, buf, pos, end)
+                if pairs is not None:
+                    return pairs
+            return self._pairs_fn(first, second)(buf, pos, end)  # type: ignore[no-any-return]
         except DECODE_ERRORS as exc:
             raise _translate(exc) from None
 

@@ -32,7 +32,7 @@ import os
 import re
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 # ISA-L's CRC32 is the zlib polynomial (the binlog's, sql/log_event.cc checksum_crc32),
@@ -114,6 +114,14 @@ class FormatDescription:
     header_len: int
     post_header_len: bytes
     checksum_alg: int
+    #: Bytes of the table id in TABLE_MAP and rows events: 4 in MySQL 5.1.0-5.1.15
+    #: (TABLE_MAP post-header of 6), else 6 (log_event.cc, Table_map_log_event
+    #: constructor). Derived from ``post_header_len`` once: every rows event reads it.
+    table_id_size: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        size = 4 if self.post_header_length(EventType.TABLE_MAP) == 6 else 6
+        object.__setattr__(self, "table_id_size", size)
 
     @property
     def is_mariadb(self) -> bool:
@@ -128,12 +136,6 @@ class FormatDescription:
         if 1 <= type_code <= len(self.post_header_len):
             return self.post_header_len[type_code - 1]
         return 0
-
-    @property
-    def table_id_size(self) -> int:
-        """Bytes of the table id in TABLE_MAP and rows events: 4 in MySQL 5.1.0-5.1.15
-        (post-header of 6), else 6 (log_event.cc, Table_map_log_event constructor)."""
-        return 4 if self.post_header_length(EventType.TABLE_MAP) == 6 else 6
 
     @classmethod
     def parse(

@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from headwater.binlog._frozen import maker
 from headwater.binlog.codec import (
     DECODE_ERRORS,
     ColumnDef,
@@ -162,6 +163,10 @@ class RowsEvent:
         return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
+#: RowsEvent(...) at the cost of a plain class (see headwater.binlog._frozen).
+_make_rows_event = maker(RowsEvent)
+
+
 def rows_event_table_id(body: bytes | memoryview, *, table_id_size: int = 6) -> int:
     """The table id of a rows event, without decoding anything else."""
     if len(body) < table_id_size:
@@ -260,6 +265,74 @@ def parse_rows_event(
         ) from None
 
 
+_Layout = tuple[Kind, int, bytes, int, tuple[int, ...], tuple[int, ...], bytes, int]
+
+#: _layout's answers for headers seen before: every rows event of a statement repeats its
+#: header (table id, flags, extra data, width, bitmaps), and MariaDB cuts a statement's rows
+#: into events of binlog_row_event_max_size (8 KiB by default), dozens per 1000-row
+#: statement. Keyed by everything _layout reads: type code, table id size, the TABLE_MAP's
+#: table id and column count, and the header's bytes.
+_LAYOUTS: dict[tuple[object, ...], _Layout] = {}
+_LAYOUTS_MAX = 4096
+
+
+def _header_size(type_code: int, buf: bytes, table_map: TableMap, table_id_size: int) -> int:
+    """Where the row images of an uncompressed rows event of ``table_map`` start, if its
+    width is the map's; 0 when that cannot be told cheaply (compressed, JSON diffs, short)."""
+    spec = _TYPES.get(type_code)
+    if spec is None or spec[2] or type_code == _E.PARTIAL_UPDATE_ROWS:
+        return 0
+    pos = table_id_size + 2
+    if spec[1]:
+        if len(buf) < pos + 2:
+            return 0
+        pos += buf[pos] | buf[pos + 1] << 8
+    width = table_map.column_count
+    pos += (1 if width < 251 else 3 if width < 1 << 16 else 4 if width < 1 << 24 else 9) + (
+        (width + 7) // 8 * (2 if spec[0] == "update" else 1)
+    )
+    return pos if pos <= len(buf) else 0
+
+
+#: The header _cached_layout answered last, as ``(table_map, type_code, table_id_size,
+#: header bytes, layout)``: consecutive rows events of a statement start with the same
+#: bytes (all but its last, whose flags carry STMT_END_F), and a body that starts with
+#: them has that layout, as _layout reads nothing past them. One entry, replaced whole
+#: (so threads sharing it read a consistent one); it holds its TableMap, so identity
+#: comparisons against it are sound.
+_LAST: list[tuple[TableMap | None, int, int, bytes, _Layout | None]] = [(None, 0, 0, b"", None)]
+
+
+def _cached_layout(type_code: int, buf: bytes, table_map: TableMap, table_id_size: int) -> _Layout:
+    last_map, last_type, last_size, last_head, last_layout = _LAST[0]
+    if (
+        last_map is table_map
+        and last_type == type_code
+        and last_size == table_id_size
+        and buf.startswith(last_head)
+        and last_layout is not None
+    ):
+        kind, flags, extra, width, first, second, _b, pos = last_layout
+        return kind, flags, extra, width, first, second, buf, pos
+    size = _header_size(type_code, buf, table_map, table_id_size)
+    if not size:
+        return _layout(type_code, buf, table_map, table_id_size)
+    head = buf[:size]
+    key = (type_code, table_id_size, table_map.table_id, table_map.column_count, head)
+    known = _LAYOUTS.get(key)
+    if known is None:
+        layout = _layout(type_code, buf, table_map, table_id_size)
+        if layout[7] != size:
+            return layout
+        known = (*layout[:6], b"", layout[7])
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = known
+    _LAST[0] = (table_map, type_code, table_id_size, head, known)
+    kind, flags, extra, width, first, second, _b, pos = known
+    return kind, flags, extra, width, first, second, buf, pos
+
+
 def _parse(
     type_code: int,
     buf: bytes,
@@ -267,7 +340,7 @@ def _parse(
     table_id_size: int,
     columns: Sequence[ColumnDef] | None,
 ) -> RowsEvent:
-    kind, flags, extra, width, first, second, buf, pos = _layout(
+    kind, flags, extra, width, first, second, buf, pos = _cached_layout(
         type_code, buf, table_map, table_id_size
     )
     end = len(buf)
@@ -283,18 +356,18 @@ def _parse(
     else:
         rows = decoder.decode_rows(buf, pos, end, first) if pos < end else []
         before, after = (first, ()) if kind == "delete" else ((), first)
-    return RowsEvent(
-        kind=kind,
-        type_code=type_code,
-        table_id=table_id,
-        flags=flags,
-        table_map=table_map,
-        width=width,
-        columns_before=before,
-        columns_after=after,
-        rows=rows,
-        extra_data=extra,
-        extra_info=_extra_info(extra, kind) if extra else {},
+    return _make_rows_event(
+        kind,
+        type_code,
+        table_id,
+        flags,
+        table_map,
+        width,
+        before,
+        after,
+        rows,
+        extra,
+        _extra_info(extra, kind) if extra else {},
     )
 
 
@@ -309,7 +382,7 @@ def count_rows(
         if type_code == _E.PARTIAL_UPDATE_ROWS:
             return len(_parse(type_code, bytes(body), table_map, table_id_size, None).rows)
         buf = body if isinstance(body, bytes) else bytes(body)
-        kind, _f, _x, _w, first, second, buf, pos = _layout(
+        kind, _f, _x, _w, first, second, buf, pos = _cached_layout(
             type_code, buf, table_map, table_id_size
         )
         if pos >= len(buf):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ssl
 
+import pymysql
 import pytest
 
-from headwater.binlog.client import SSL_MODES, TlsOptions
+from headwater.binlog.client import SSL_MODES, TlsOptions, _preferred_context
 from headwater.config import SSL_MODES as CONFIG_SSL_MODES
 from headwater.errors import ConfigError
 
@@ -19,6 +20,25 @@ def test_the_config_and_the_client_know_the_same_modes() -> None:
 def test_disabled_and_preferred_leave_tls_to_pymysql_rules() -> None:
     assert TlsOptions(mode="disabled").connect_args() == {"ssl_disabled": True}
     assert TlsOptions().connect_args() == {}  # PyMySQL's own PREFERRED: TLS when offered
+
+
+def test_preferred_context_checks_what_pymysqls_own_preferred_mode_checks() -> None:
+    # PyMySQL's preferred mode is what it does given no ssl argument; defer_connect builds
+    # the connection object (and its context) without touching the network.
+    theirs = pymysql.connect(host="127.0.0.1", port=9, defer_connect=True).ctx
+    ours = _preferred_context()
+    assert ours is _preferred_context()  # made once, shared
+    assert (ours.verify_mode, ours.check_hostname) == (ssl.CERT_NONE, False)
+    assert (theirs.verify_mode, theirs.check_hostname) == (ssl.CERT_NONE, False)
+    assert ours.protocol == theirs.protocol == ssl.PROTOCOL_TLS_CLIENT
+    assert ours.options == theirs.options
+    assert (ours.minimum_version, ours.maximum_version) == (
+        theirs.minimum_version,
+        theirs.maximum_version,
+    )
+    assert [c["name"] for c in ours.get_ciphers()] == [c["name"] for c in theirs.get_ciphers()]
+    # The one difference: PyMySQL loads the system CAs it never consults.
+    assert ours.get_ca_certs() == []
 
 
 @pytest.mark.parametrize(
