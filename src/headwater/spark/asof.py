@@ -7,17 +7,20 @@
     df2 = table_as_of(spark, "/data/shop", "shop.orders", as_of="timestamp:2024-05-01T12:00")
     df.exceptAll(df2)                                  # what changed between the two points
 
-How (the algorithm and why it is correct: :mod:`headwater.spark.lastwrite`): the table's
-changes up to ``as_of`` are read with the ``headwater`` source (batch, ``endingPosition``
-= ``as_of``; the records decode on executors), each change becomes one or two key-slot
-writes (``mapInArrow``, any partitioning; the slot is the key typed with the table's
-definition in force at ``as_of``, the image stays the log's JSON text), the writes are
-hash-partitioned by slot (``repartition(n, "slot")``: every write to one key lands in
-one partition), each partition keeps its last write per slot (``mapInArrow``, one
-vectorized sort), and only the surviving images are typed with that definition, as
-:func:`headwater.spark.views.table_changes` types them (typing after the apply gives the
-same rows as before it, on fewer rows: most changes are overwritten). The result has the
-table's columns as of ``as_of``, one row per key.
+How (the algorithm and why it is correct: :mod:`headwater.spark.lastwrite`): the
+driver plans the table's records up to ``as_of`` in slices as the ``headwater`` source
+plans a batch (:func:`plan_as_of`); each slice is one task
+(``spark.range(slices).mapInArrow``) that decodes its records straight into the
+table's columns, typed with the definition in force at ``as_of`` (matched by name), and
+turns every change into one or two key-slot writes (:mod:`headwater.spark.asofread`: no
+JSON image, no 19-column change row; only the before image's key is kept). The JVM
+gives each write its slot, the key's final typed values (``_k*``), the writes are
+hash-partitioned by slot (``repartition(n, keys)``: every write to one key lands in one
+partition), each partition keeps its last write per slot (``mapInArrow``, one
+vectorized sort by slot and sequence), and the JVM types the values the read left as
+text (odd values, and the types read as text: dates, times, binary, SET, JSON, ...)
+exactly as :func:`headwater.spark.views.table_changes` types them, on the surviving
+rows only. The result has the table's columns as of ``as_of``, one row per key.
 
 ``as_of`` is exclusive as the source's ``endingPosition`` is: ``gtid:SET`` is the state
 after exactly the transactions of SET (the read stops at the first record whose GTID is
@@ -50,15 +53,17 @@ from headwater.errors import ConfigError
 from headwater.position import Position
 from headwater.schema.history import SchemaHistory
 from headwater.schema.model import TableDef
-from headwater.spark.lastwrite import BASE_SEQUENCE, last_writes_batches, slot_writes_batches
+from headwater.spark.asofread import PARTIAL_IMAGE, read_spec
+from headwater.spark.lastwrite import BASE_SEQUENCE, last_writes_batches
 from headwater.spark.logaccess import open_log
-from headwater.spark.offsets import parse_options
+from headwater.spark.offsets import LogOffset, parse_options
+from headwater.spark.partitions import LogSlice, plan_slices, scan_batch
 from headwater.store import EARLIEST, LATEST
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["AsOfPlan", "plan_as_of", "table_as_of"]
+__all__ = ["PARTIAL_IMAGE", "AsOfPlan", "plan_as_of", "table_as_of"]
 
 #: The largest event index: a position at the very end of its transaction.
 _END_OF_TRANSACTION = 2**31 - 1
@@ -75,6 +80,7 @@ class AsOfPlan:
         end_seq: int,
         at: Position,
         widths: tuple[tuple[int, int], ...] = (),
+        slices: tuple[LogSlice, ...] = (),
     ) -> None:
         self.options = options
         self.definition = definition
@@ -85,6 +91,9 @@ class AsOfPlan:
         #: (schema version, column count) of each definition of the table up to ``at``,
         #: in version order: how many columns a full row image has at each version
         self.widths = widths
+        #: the input partitions of the read (the table's records in ``[first_seq,
+        #: end_seq)``, cut as the ``headwater`` source cuts a batch)
+        self.slices = slices
 
     @property
     def records(self) -> int:
@@ -129,6 +138,12 @@ def plan_as_of(
         definition = None
         at = Position(0, 0, 0, 0)
         widths: tuple[tuple[int, int], ...] = ()
+        slices: tuple[LogSlice, ...] = ()
+        if end > first:
+            scan = scan_batch(access, parsed, LogOffset(first), end)
+            slices = tuple(
+                plan_slices(parsed, LogOffset(first), scan.end, scan.sizes, parsed.partitions)
+            )
         if end > 1:
             last = next(iter(access.records(end - 1, end))).position
             at = Position(last.change_id, last.file_num, last.offset, _END_OF_TRANSACTION)
@@ -148,7 +163,7 @@ def plan_as_of(
         raise ConfigError(
             f"{table} has no primary key at {as_of!r}: rows cannot be told apart", field="table"
         )
-    return AsOfPlan(options, definition, first, end, at, widths)
+    return AsOfPlan(options, definition, first, end, at, widths, slices)
 
 
 def _refuse_past_end(as_of: str, ending: Any, last: Any, log_end: int) -> None:
@@ -189,56 +204,6 @@ def _refuse_past_end(as_of: str, ending: Any, last: Any, log_end: int) -> None:
         )
 
 
-#: The start of the error a replay raises (inside Spark) on a partial row image.
-PARTIAL_IMAGE = "headwater replay: partial row image"
-
-
-def _refuse_partial_images(raw: DataFrame, table: str, plan: AsOfPlan) -> DataFrame:
-    """``raw`` where an update's or delete's ``before`` image lacks columns of the table's
-    definition at that change's schema version fails the query (``raise_error``, in the
-    JVM) with :data:`PARTIAL_IMAGE`.
-
-    Why ``before``: with ``binlog_row_image=MINIMAL`` the before image holds the key
-    columns only, with ``NOBLOB`` it leaves out BLOB/TEXT columns (MySQL reference manual,
-    "binlog_row_image"; sql/log_event.cc ``Rows_log_event`` writes only the columns of the
-    image's bitmap), while FULL logs every column; an update's after image then lacks the
-    columns it did not change and the last-write apply would lose them. Checking ``before``
-    only parses the JSON of updates and deletes, not of inserts, so the check costs little.
-    """
-    from pyspark.sql import functions as F
-
-    if not plan.widths:
-        return raw
-    database, name = _split(table)
-    expected: Any = F.lit(plan.widths[0][1])
-    for version, width in plan.widths[1:]:
-        expected = F.when(F.col("schema_version") >= version, F.lit(width)).otherwise(expected)
-    mine = (F.col("database") == database) & (F.col("table") == name)
-    partial = (
-        mine
-        & F.col("op").isin("update", "delete")
-        & F.col("before").isNotNull()
-        & (F.size(F.json_object_keys(F.col("before"))) != expected)
-    )
-    message = F.concat(
-        F.lit(f"{PARTIAL_IMAGE}: {table} change at sequence "),
-        F.col("sequence").cast("string"),
-        F.lit(
-            " lacks columns (binlog_row_image=MINIMAL or NOBLOB); "
-            "a replay needs binlog_row_image=FULL"
-        ),
-    )
-    return raw.withColumn(
-        "before", F.when(partial, F.raise_error(message)).otherwise(F.col("before"))
-    )
-
-
-def _slot(image: Any, key: tuple[str, ...]) -> Any:
-    from pyspark.sql import functions as F
-
-    return F.when(image.isNotNull(), F.to_json(F.struct(*[image[c].alias(c) for c in key])))
-
-
 def table_as_of(
     spark: SparkSession,
     log: str | os.PathLike[str] | Mapping[str, str],
@@ -259,7 +224,6 @@ def table_as_of(
     """
     from pyspark.sql import functions as F, types as T
 
-    from headwater.spark import register
     from headwater.spark.views import _typed, spark_type
 
     if (base is None) != (base_position is None):
@@ -268,85 +232,79 @@ def table_as_of(
         plan = plan_as_of(
             log, table, as_of=as_of, start=base_position or EARLIEST, partitions=partitions
         )
-    register(spark)
     definition = plan.definition
-    database, name = _split(table)
-    key = tuple(definition.primary_key)
-    by_name = {c.name: c for c in definition.columns}
-    key_columns = [by_name[k] for k in key]
-    raw = spark.read.format("headwater").options(**plan.options).load()
-    raw = _refuse_partial_images(raw, table, plan).filter(
-        (F.col("database") == database) & (F.col("table") == name) & (F.col("op") != "ddl")
-    )
+    spec = read_spec(table, definition, plan.slices, plan.widths)
+    columns = definition.columns
+    typed_of = [spark_type(c) for c in columns]
 
-    # The apply carries each after image as the log's JSON text and types only the rows
-    # that survive it (typing is a function of the text, so typing after the apply is
-    # the same as before it, on fewer rows); the slots come from the key columns alone,
-    # typed as views.table_changes types them, so a base image's slots (typed columns)
-    # are the same strings.
-    def key_of(which: str) -> Any:
-        text = T.StructType([T.StructField(c.name, T.StringType()) for c in key_columns])
-        parsed = F.from_json(F.col(which), text)
-        typed = F.struct(*[_typed(parsed.getField(c.name), c).alias(c.name) for c in key_columns])
-        return F.when(F.col(which).isNotNull(), typed)
+    def final(i: int) -> Any:
+        """Column ``i``'s value: typed in the read, else typed from its text (asofread)."""
+        text = _typed(F.col(f"_t{i}"), columns[i])
+        if spec.columns[i].fast is None:
+            return text
+        return F.coalesce(F.col(f"_v{i}"), text)
 
-    rows = raw.select(
-        "op",
-        "sequence",
-        _slot(key_of("after"), key).alias("slot_after"),
-        _slot(key_of("before"), key).alias("slot_before"),
-        F.col("after").alias("image"),
-    )
-    write_schema = T.StructType(
-        [
-            T.StructField("slot", T.StringType()),
-            T.StructField("sequence", T.LongType()),
-            T.StructField("present", T.BooleanType()),
-            T.StructField("image", T.StringType()),
-        ]
-    )
     with warnings.catch_warnings():
         # PySpark 4.3 warns that pandas 3 is "not fully supported" even for mapInArrow,
         # which does not use pandas (as in transforms.py).
         warnings.simplefilter("ignore", FutureWarning)
-        writes = rows.mapInArrow(slot_writes_batches, write_schema)
-    image_type = T.StructType([T.StructField(c.name, spark_type(c)) for c in definition.columns])
-    result_fields = [T.StructField("slot", T.StringType()), T.StructField("image", T.StringType())]
+        writes = spark.range(len(spec.slices), numPartitions=max(1, len(spec.slices)))
+        writes = writes.mapInArrow(spec.read, spec.write_schema())
+    # The slot: the key columns' final values (typed, as views.table_changes types
+    # them), so writes whose keys are one value as typed meet in one partition.
+    keys = [f"_k{i}" for i in spec.key]
+    writes = writes.select("*", *[final(i).cast(typed_of[i]).alias(f"_k{i}") for i in spec.key])
     if base is not None:
         frame = base if not isinstance(base, str | os.PathLike) else spark.read.parquet(str(base))
         present = set(frame.columns)
-        image = F.struct(
-            *[
-                (F.col(f"`{c.name}`") if c.name in present else F.lit(None))
-                .cast(spark_type(c))
-                .alias(c.name)
-                for c in definition.columns
-            ]
-        )
-        # Base rows are typed already: they travel in their own column (base_image),
-        # log rows in image (text); a slot's last write keeps the one it holds.
-        base_writes = frame.select(image.alias("base_image")).select(
-            _slot(F.col("base_image"), key).alias("slot"),
+        physical = []
+        for i, c in enumerate(columns):
+            value = (F.col(f"`{c.name}`") if c.name in present else F.lit(None)).cast(typed_of[i])
+            if spec.columns[i].fast is not None:
+                physical.append(value.alias(f"_v{i}"))
+                physical.append(F.lit(None).cast("string").alias(f"_t{i}"))
+            else:
+                # Base rows are typed already: they carry the typed value in _v.
+                physical.append(F.lit(None).cast("string").alias(f"_t{i}"))
+                physical.append(value.alias(f"_v{i}"))
+        base_writes = frame.select(
             F.lit(BASE_SEQUENCE).cast("long").alias("sequence"),
             F.lit(True).alias("present"),
-            F.lit(None).cast("string").alias("image"),
-            "base_image",
+            *physical,
         )
-        writes = base_writes.unionByName(
-            writes.withColumn("base_image", F.lit(None).cast(image_type))
-        )
-        result_fields.append(T.StructField("base_image", image_type))
+        base_writes = base_writes.select("*", *[F.col(f"_v{i}").alias(f"_k{i}") for i in spec.key])
+        for i, travel in enumerate(spec.columns):
+            if travel.fast is None:
+                writes = writes.withColumn(f"_v{i}", F.lit(None).cast(typed_of[i]))
+        writes = writes.unionByName(base_writes)
+    if any(isinstance(typed_of[i], T.ArrayType | T.MapType | T.StructType) for i in spec.key):
+        # Arrow sorts atomic values only: a SET key is compared by its JSON text.
+        writes = writes.withColumn("_slot", F.to_json(F.struct(*keys)))
+        sort_keys: tuple[str, ...] = ("_slot",)
+    else:
+        sort_keys = tuple(keys)
     n = partitions or max(2, spark.sparkContext.defaultParallelism)
+    apply = _LastWrites(sort_keys)
+    schema = writes.drop("sequence", "present").schema
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        state = writes.repartition(n, "slot").mapInArrow(
-            last_writes_batches, T.StructType(result_fields)
-        )
-    text = T.StructType([T.StructField(c.name, T.StringType()) for c in definition.columns])
-    parsed = F.from_json(F.col("image"), text)
-    typed = F.struct(
-        *[_typed(parsed.getField(c.name), c).alias(c.name) for c in definition.columns]
-    )
-    if base is not None:
-        typed = F.when(F.col("image").isNotNull(), typed).otherwise(F.col("base_image"))
-    return state.select(typed.alias("row")).select("row.*")
+        state = writes.repartition(n, *sort_keys).mapInArrow(apply, schema)
+
+    def result(i: int) -> Any:
+        if i in spec.key:
+            return F.col(f"_k{i}")
+        if base is not None and spec.columns[i].fast is None:
+            return F.coalesce(F.col(f"_v{i}"), _typed(F.col(f"_t{i}"), columns[i]))
+        return final(i)
+
+    return state.select(*[result(i).cast(typed_of[i]).alias(c.name) for i, c in enumerate(columns)])
+
+
+class _LastWrites:
+    """:func:`last_writes_batches` by ``keys`` (picklable for the executors)."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+
+    def __call__(self, batches: Any) -> Any:
+        return last_writes_batches(batches, self.keys)

@@ -28,16 +28,22 @@ import contextlib
 import http.client
 import logging
 import time
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
-
 from headwater.binlog.framing import FormatDescription
 from headwater.changes import SchemaLookup
-from headwater.errors import ConfigError, HeadwaterError, PositionNotRetainedError, StoreError
+from headwater.errors import ConfigError, HeadwaterError, StoreError
+from headwater.httpapi import (
+    Answer,
+    ApiConnection,
+    api_error,
+    format_description_of,
+    has_host,
+    record_of,
+    wait_started,
+)
 from headwater.position import Position
 from headwater.spark.offsets import SourceOptions, parse_server, start_request
 from headwater.store import LATEST, AtSeq, ChangeLog, Record, Start
@@ -53,8 +59,6 @@ log = logging.getLogger(__name__)
 FETCH_BYTES = 8 << 20
 #: Records one ``/v1/fetch`` may return.
 FETCH_RECORDS = 10_000
-# How long a request waits for a task that is starting (503 with Retry-After).
-STARTING_WAIT_S = 30.0
 #: How long a request goes round the task's readers while none answers (a failover
 #: takes seconds), and how long a fetch waits for a member to reach a batch's end.
 FAILOVER_WAIT_S = 30.0
@@ -185,12 +189,11 @@ class HttpLog:
         self._timeout = timeout
         urls, self._zookeeper = parse_server(options.server)
         for u in urls:
-            if not urllib.parse.urlsplit(u).hostname:
+            if not has_host(u):
                 raise ConfigError(f"no host in {u!r}", field="server")
         self._urls = list(urls) or discover(self._zookeeper or "", options.task)
         self._index = 0
-        self._conn: http.client.HTTPConnection | None = None
-        self._prefix = ""
+        self._conn: ApiConnection | None = None
         if decoding:
             self.load_decoding()
 
@@ -200,16 +203,7 @@ class HttpLog:
         from headwater.schema.history import SchemaHistory
 
         answer = self._call("POST", "/v1/decoding", {"task": self._options.task})
-        fd = answer.get("format_description")
-        if fd is not None:
-            self.fde = FormatDescription(
-                int(fd["binlog_version"]),
-                str(fd["server_version"]),
-                int(fd["created"]),
-                int(fd["header_len"]),
-                base64.b64decode(fd["post_header_len"]),
-                int(fd["checksum_alg"]),
-            )
+        self.fde = format_description_of(answer)
         history = answer.get("schema_history")
         if history is not None:
             mariadb = self.fde.is_mariadb if self.fde is not None else True
@@ -224,19 +218,12 @@ class HttpLog:
         """The reader this log reads from now."""
         return self._urls[self._index]
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self) -> ApiConnection:
         if self._conn is None:
-            url = urllib.parse.urlsplit(self.url)
-            cls = (
-                http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-            )
-            self._conn = cls(url.hostname or "", url.port, timeout=self._timeout)
-            self._prefix = url.path.rstrip("/")
+            self._conn = ApiConnection(self.url, token=self._options.token, timeout=self._timeout)
         return self._conn
 
-    def _exchange(
-        self, method: str, path: str, data: bytes | None, headers: dict[str, str]
-    ) -> tuple[http.client.HTTPResponse, bytes]:
+    def _exchange(self, method: str, path: str, body: Any) -> Answer:
         """One request (they are all reads). A keep-alive connection the server closed is
         retried once; a reader that refuses, breaks or stays silent gives way to the next
         one, round the list (discovered again from ZooKeeper after each round) for up to
@@ -245,14 +232,10 @@ class HttpLog:
         stale_retried = False
         failures = 0
         while True:
-            conn = self._connection()
             try:
-                conn.request(method, self._prefix + path, body=data, headers=headers)
-                resp = conn.getresponse()
-                return resp, resp.read()
+                return self._connection().send(method, path, body)
             except (OSError, http.client.HTTPException) as e:
-                conn.close()
-                self._conn = None
+                self._conn = None  # closed by send
                 stale = isinstance(e, http.client.RemoteDisconnected | BrokenPipeError)
                 if stale and not stale_retried:
                     stale_retried = True  # the server closed an idle keep-alive connection
@@ -273,33 +256,10 @@ class HttpLog:
                 self._index = (self._index + 1) % len(self._urls)
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else orjson.dumps(body)
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        if self._options.token is not None:
-            headers["Authorization"] = f"Bearer {self._options.token}"
-        deadline = time.monotonic() + STARTING_WAIT_S
-        while True:
-            resp, payload = self._exchange(method, path, data, headers)
-            # 503 with Retry-After: the task is starting (no change log yet); wait a while.
-            if resp.status != 503 or resp.getheader("Retry-After") is None:
-                break
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        if resp.status == 200:
-            return orjson.loads(payload)
-        try:
-            reason = orjson.loads(payload).get("error", "")
-        except (orjson.JSONDecodeError, AttributeError):
-            reason = payload[:200].decode("utf-8", "replace")
-        where = f"{self.url}{path}"
-        if resp.status == 410:
-            raise PositionNotRetainedError(f"{where}: {reason}")
-        if resp.status == 404:
-            raise ConfigError(f"{where}: {reason}", field="task")
-        if resp.status == 401:
-            raise ConfigError(f"{where}: {reason or 'unauthorized'}", field="token")
-        raise HeadwaterError(f"{where}: HTTP {resp.status}: {reason}")
+        answer = wait_started(lambda: self._exchange(method, path, body))
+        if answer.status == 200:
+            return answer.json()
+        raise api_error(answer, f"{self.url}{path}", bad_request_is_config=False)
 
     def _subscribe(self, start: Start) -> Any:
         body: dict[str, Any] = {
@@ -355,7 +315,7 @@ class HttpLog:
             for doc in answer["records"]:
                 if doc["seq"] >= end:
                     return
-                yield _record(doc)
+                yield record_of(doc)
             nxt = int(answer["next"]["seq"])
             if nxt <= seq and not answer["records"]:
                 now = time.monotonic()
@@ -374,17 +334,3 @@ class HttpLog:
 
 def _position(doc: Any) -> Position:
     return Position(doc["change_id"], doc["file"], doc["offset"], doc.get("event", 0))
-
-
-def _record(doc: Any) -> Record:
-    return Record(
-        _position(doc["position"]),
-        base64.b64decode(doc["payload"]["base64"]),
-        ts_us=doc["ts_us"],
-        gtid=doc["gtid"],
-        tables=tuple((t["name"], t["rows"]) for t in doc["tables"]),
-        schema_version=doc["schema_version"],
-        flags=doc["flags"],
-        chunk_no=doc["chunk_no"],
-        seq=doc["seq"],
-    )

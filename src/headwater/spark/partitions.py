@@ -17,10 +17,13 @@ connection), reads the slice's records one at a time, decodes each into change b
 and yields ``pyarrow.RecordBatch`` es of the change schema
 (:func:`headwater.changes.schema.change_arrow_schema`) of at most :data:`BATCH_ROWS` rows,
 the same rows as :func:`headwater.changes.decode_record` would give (a differential test
-holds the two equal). Memory is one record plus one batch: a large transaction is
-stored as chunk records and a slice boundary may fall between its chunks (or inside one,
-at a row); every row carries ``sequence`` (``seq << 24 | row``) and its position, so order
-across slices is recoverable.
+holds the two equal). The JSON images are rendered in C straight into the batch's Arrow
+buffers (``headwater._native._imagejson``, the same text as the Python path, which runs
+where the extension is not built; tests/unit/spark/test_imagejson.py). Memory is one
+record plus one batch: a large transaction is stored as chunk records and a slice
+boundary may fall between its chunks (or inside one, at a row); every row carries
+``sequence`` (``seq << 24 | row``) and its position, so order across slices is
+recoverable.
 
 Invariants: slices of one batch are disjoint, contiguous and cover exactly ``[start,
 end)``; a change is in the slice whose range holds its ``(seq, row)``; slices are small
@@ -31,12 +34,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import orjson
 from pyspark.sql.datasource import InputPartition
 
-from headwater.binlog.dump import json_default, printable_name
+from headwater.binlog.dump import _escape_surrogates, json_default, printable_name
 from headwater.changes import ChangeBlock, ChangeRow, decode_blocks, decode_record
 from headwater.changes.schema import CHANGE_COLUMNS, change_arrow_schema, image_json
 from headwater.changes.sequence import sequence_of
@@ -49,9 +52,27 @@ from headwater.store import Record
 if TYPE_CHECKING:
     import pyarrow
 
+    from headwater._native._imagejson import JsonColumns
     from headwater.spark.logaccess import HttpLog
 
-__all__ = ["BATCH_ROWS", "LogSlice", "Scan", "plan_slices", "read_slice", "scan_batch"]
+try:  # the C image renderer (setup.py builds it with the package)
+    from headwater._native._imagejson import (
+        JsonColumns as _JsonBuilder,
+        render_block as _render_block,
+    )
+except ImportError:  # pragma: no cover - a build without the extension
+    _render_block = None  # type: ignore[assignment]
+    _JsonBuilder = None  # type: ignore[assignment,misc]
+
+__all__ = [
+    "BATCH_ROWS",
+    "LogSlice",
+    "Scan",
+    "plan_slices",
+    "read_slice",
+    "scan_batch",
+    "slice_blocks",
+]
 
 #: Rows per Arrow record batch yielded by :func:`read_slice`.
 BATCH_ROWS = 4096
@@ -174,61 +195,84 @@ def plan_slices(
     return [LogSlice(options, i, bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
 
+#: The columns that hold one value per rows event (per :meth:`_Columns.add_block` call):
+#: all but ``sequence`` and the four JSON images.
+_RUN_COLUMNS = tuple(
+    name
+    for name, _kind in CHANGE_COLUMNS
+    if name not in ("sequence", "key", "before", "after", "before_key")
+)
+
+
 class _Columns:
-    """One Arrow record batch being built, column by column, a block of rows at a time.
+    """One Arrow record batch being built, a block of rows at a time.
 
     Columns that are the same for every row of a rows event (names, position, commit
-    time, transaction) are extended by the block, not appended per row; images go from
-    the decoder's value tuples to JSON text through one dict each (no :class:`ChangeRow`),
+    time, transaction, ``sql``) are kept as one value per block (a run) and expanded in
+    Arrow at :meth:`batch` (``take`` of the runs' values by each row's run index), not as
+    a Python list per row; ``sequence`` is one arange per run. Images go from the
+    decoder's value tuples to JSON text without a dict (:func:`_images`: in C when built),
     and the ``commit_ts`` column is built from ``ts_us`` integers, not datetimes."""
 
     def __init__(self) -> None:
-        self.columns: list[list[Any]] = [[] for _ in CHANGE_COLUMNS]
+        self.runs: list[tuple[Any, ...]] = []  # _RUN_COLUMNS values of each block
+        self.counts: list[int] = []  # rows of each block
+        self.firsts: list[int] = []  # the sequence of each block's first row
+        # key, before, after, before_key: Arrow buffers built in C, or lists of text
+        self.images: _ImageOut = ([], [], [], []) if _JsonBuilder is None else _JsonBuilder()
         self.rows = 0
 
     def add_block(self, block: ChangeBlock, record: Record, source: str, lo: int, hi: int) -> None:
         """Rows ``[lo, hi)`` of ``block`` (indexes within the block) of ``record``."""
-        (sources, database, table, op, ts_us, commit_ts, change_id, file_num, offset,
-         event_index, gtid, txn_id, sequence, key, before, after, schema_version,
-         sql, old_key) = self.columns  # fmt: skip
-        m = hi - lo
         p = block.position
         gtid_text: str = record.gtid
-        for column, value in (
-            (sources, source),
-            # Arrow strings must be UTF-8: undecodable name bytes (surrogate escapes) as \xNN.
-            (database, printable_name(block.database)),
-            (table, printable_name(block.table)),
-            (op, block.op),
-            (ts_us, record.ts_us),
-            (commit_ts, record.ts_us),
-            (change_id, p.change_id),
-            (file_num, p.file_num),
-            (offset, p.offset),
-            (event_index, p.event_index),
-            (gtid, gtid_text),
-            (txn_id, gtid_text or f"{p.file_num}:{p.offset}"),
-            (schema_version, record.schema_version),
-        ):
-            column += [value] * m
-        first = sequence_of(record.seq, block.first)
-        sequence += range(first + lo, first + hi)
-        if block.op == "ddl":
-            key.append(None)
-            before.append(None)
-            after.append(None)
-            old_key.append(None)
-            sql.append(None if block.sql is None else printable_name(block.sql))
+        ddl = block.op == "ddl"
+        self.runs.append(
+            (
+                source,
+                # Arrow strings must be UTF-8: undecodable name bytes (surrogate escapes)
+                # as \xNN.
+                printable_name(block.database),
+                printable_name(block.table),
+                block.op,
+                record.ts_us,
+                record.ts_us,
+                p.change_id,
+                p.file_num,
+                p.offset,
+                p.event_index,
+                gtid_text,
+                gtid_text or f"{p.file_num}:{p.offset}",
+                record.schema_version,
+                printable_name(block.sql) if ddl and block.sql is not None else None,
+            )
+        )
+        self.counts.append(hi - lo)
+        self.firsts.append(sequence_of(record.seq, block.first) + lo)
+        if ddl:
+            _append(self.images, (None, None, None, None))
         else:
-            sql += [None] * m
-            _images(block, lo, hi, (key, before, after, old_key))
-        self.rows += m
+            _images(block, lo, hi, self.images)
+        self.rows += hi - lo
 
     def batch(self, schema: pyarrow.Schema) -> pyarrow.RecordBatch:
+        import numpy as np
         import pyarrow as pa
 
-        arrays = [pa.array(col, type=f.type) for col, f in zip(self.columns, schema, strict=True)]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        counts = np.array(self.counts, dtype=np.int64)
+        which = pa.array(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
+        # Row i of run r (which starts at row s_r) has sequence first_r + i - s_r.
+        starts = np.cumsum(counts) - counts
+        sequence = np.repeat(np.array(self.firsts, dtype=np.int64) - starts, counts)
+        sequence += np.arange(self.rows, dtype=np.int64)
+        arrays: dict[str, pyarrow.Array] = {
+            "sequence": pa.array(sequence, type=pa.int64()),
+            **dict(zip(("key", "before", "after", "before_key"), _arrow(self.images), strict=True)),
+        }
+        for j, name in enumerate(_RUN_COLUMNS):
+            values = pa.array([run[j] for run in self.runs], type=schema.field(name).type)
+            arrays[name] = values.take(which)
+        return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
 
 def _key_picks(key_names: tuple[str, ...] | None, names: list[str]) -> list[tuple[str, int]] | None:
@@ -247,12 +291,70 @@ def _key_of(picks: list[tuple[str, int]], values: Sequence[Any]) -> dict[str, An
 _Json = str | None
 #: The JSON columns of a batch being built: ``key``, ``before``, ``after``, ``before_key``.
 _JsonColumns = tuple[list[_Json], list[_Json], list[_Json], list[_Json]]
+#: Where :func:`_images` appends: lists, or the C builder of their Arrow buffers.
+_ImageOut: TypeAlias = "_JsonColumns | JsonColumns"
 
 
-def _images(block: ChangeBlock, lo: int, hi: int, columns: _JsonColumns) -> None:
+def _append(out: _ImageOut, texts: tuple[_Json, _Json, _Json, _Json]) -> None:
+    """One row's four texts."""
+    for i, text in enumerate(texts):
+        if isinstance(out, tuple):
+            out[i].append(text)
+        else:
+            out.append(i, text)
+
+
+def _arrow(out: _ImageOut) -> list[pyarrow.Array]:
+    """The four columns as Arrow string arrays."""
+    import pyarrow as pa
+
+    if isinstance(out, tuple):
+        return [pa.array(column, type=pa.string()) for column in out]
+    return [
+        pa.StringArray.from_buffers(
+            n, pa.py_buffer(offsets), pa.py_buffer(data),
+            None if valid is None else pa.py_buffer(valid), nulls,
+        )
+        for n, nulls, offsets, data, valid in out.take()
+    ]  # fmt: skip
+
+
+def _images(block: ChangeBlock, lo: int, hi: int, columns: _ImageOut) -> None:
     """The JSON columns of rows ``[lo, hi)`` of a rows block: the same text as
     :func:`~headwater.changes.schema.image_json` of :class:`ChangeRow` images, and
     ``before_key`` as :func:`~headwater.changes.schema.before_key`.
+
+    Rendered in C (``headwater._native._imagejson``, the same text: a differential test
+    holds them equal) when the module is built and the block's column names are distinct;
+    else by :func:`_images_python`."""
+    if _render_block is not None:
+        kind = block.op
+        if kind == "update":
+            picks = _key_picks(block.key_names, block.after_names)
+            old = _key_picks(block.key_names, block.before_names)
+            if picks and old and any(i < 0 for _k, i in old):
+                old = None
+        else:
+            picks = _key_picks(
+                block.key_names, block.after_names if kind == "insert" else block.before_names
+            )
+            old = None
+        if _render_block(
+            kind, block.rows, lo, hi, block.before_names, block.after_names, picks, old,
+            columns, _plain_json, _escaped_json,
+        ):  # fmt: skip
+            return
+    if isinstance(columns, tuple):
+        _images_python(block, lo, hi, columns)
+        return
+    texts: _JsonColumns = ([], [], [], [])
+    _images_python(block, lo, hi, texts)
+    for row in zip(*texts, strict=True):
+        _append(columns, row)
+
+
+def _images_python(block: ChangeBlock, lo: int, hi: int, columns: _JsonColumns) -> None:
+    """:func:`_images` in Python: one dict per image through orjson.
 
     orjson refuses strings holding surrogate escapes (bytes invalid in the column's
     charset) with a TypeError; then the block is done again through ``image_json``,
@@ -268,6 +370,19 @@ def _images(block: ChangeBlock, lo: int, hi: int, columns: _JsonColumns) -> None
 
 def _fast_json(image: dict[str, Any]) -> str:
     return orjson.dumps(image, default=json_default).decode()
+
+
+def _plain_json(value: Any) -> str:
+    """One value as orjson renders it inside an image (the C renderer's callback for the
+    types it does not render itself)."""
+    return orjson.dumps(value, default=json_default).decode()
+
+
+def _escaped_json(value: Any) -> str:
+    """One value as ``render_json`` renders it inside an image orjson refused (the C
+    renderer's callback in that case): strings with surrogate escapes as
+    ``{"undecodable_text_base64": ...}``."""
+    return orjson.dumps(_escape_surrogates(value), default=json_default).decode()
 
 
 def _block_json(
@@ -327,41 +442,54 @@ def read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
         yield from _read_slice(part)
 
 
-def _read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
+def slice_blocks(
+    part: LogSlice, log: LocalLog | HttpLog, *, ddl: bool
+) -> Iterator[tuple[Record, ChangeBlock, int, int]]:
+    """The slice's change blocks with the rows each holds of it: ``(record, block, lo,
+    hi)``, rows ``[lo, hi)`` (indexes within the block, never empty) of the changes in
+    ``[part.lo, part.hi)``; DDL blocks only with ``ddl``. Shared by :func:`read_slice` and
+    the replay's reader (:mod:`headwater.spark.asofread`)."""
     options = part.options
     (lo_seq, lo_row), (hi_seq, hi_row) = part.lo, part.hi
+    end = hi_seq + 1 if hi_row > 0 else hi_seq
+    want = None if options.tables.patterns is None else options.tables
+    for rec in log.records(lo_seq, end):
+        if not options.tables.record_wanted(rec.tables):
+            continue
+        blocks = decode_blocks(
+            rec,
+            source=options.source_name,
+            fde=log.fde,
+            schema=log.schema,
+            want=want,
+            want_ddl=options.tables.wants_ddl,
+        )
+        first = lo_row if rec.seq == lo_seq else 0
+        stop = hi_row if rec.seq == hi_seq else None
+        for block in blocks:
+            # The block's rows in [first, stop) of the record's changes (_emitted).
+            if block.op == "ddl" and not ddl:
+                continue
+            lo = max(first - block.first, 0)
+            hi = len(block) if stop is None else min(stop - block.first, len(block))
+            if lo < hi:
+                yield rec, block, lo, hi
+
+
+def _read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
+    options = part.options
     schema = change_arrow_schema()
     log = open_log(options)
     try:
         rows = _Columns()
-        end = hi_seq + 1 if hi_row > 0 else hi_seq
-        want = None if options.tables.patterns is None else options.tables
-        for rec in log.records(lo_seq, end):
-            if not options.tables.record_wanted(rec.tables):
-                continue
-            blocks = decode_blocks(
-                rec,
-                source=options.source_name,
-                fde=log.fde,
-                schema=log.schema,
-                want=want,
-                want_ddl=options.tables.wants_ddl,
-            )
-            first = lo_row if rec.seq == lo_seq else 0
-            stop = hi_row if rec.seq == hi_seq else None
-            for block in blocks:
-                # The block's rows in [first, stop) of the record's changes (_emitted).
-                if block.op == "ddl" and not options.ddl:
-                    continue
-                lo = max(first - block.first, 0)
-                hi = len(block) if stop is None else min(stop - block.first, len(block))
-                while lo < hi:
-                    take = min(hi - lo, BATCH_ROWS - rows.rows)
-                    rows.add_block(block, rec, options.source_name, lo, lo + take)
-                    lo += take
-                    if rows.rows >= BATCH_ROWS:
-                        yield rows.batch(schema)
-                        rows = _Columns()
+        for rec, block, lo, hi in slice_blocks(part, log, ddl=options.ddl):
+            while lo < hi:
+                take = min(hi - lo, BATCH_ROWS - rows.rows)
+                rows.add_block(block, rec, options.source_name, lo, lo + take)
+                lo += take
+                if rows.rows >= BATCH_ROWS:
+                    yield rows.batch(schema)
+                    rows = _Columns()
         if rows.rows:
             yield rows.batch(schema)
     finally:

@@ -518,6 +518,9 @@ def _run(ops: list[RowOp], change: ChangeDict) -> ChangeDict | None:
 
 # --- table definitions after the transforms -------------------------------------------------
 
+#: Most edited definitions one :class:`TransformedSchema` keeps (then it starts afresh).
+_BUILT_MAX = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class TransformedSchema:
@@ -530,18 +533,47 @@ class TransformedSchema:
     always stay), computed columns added as ``longtext``, masked non-character columns
     turned into ``varchar(255)`` (a mask yields text). User rules are opaque: a rule that
     renames tables or adds columns is not reflected here.
+
+    Each edited definition is built once per definition of the base
+    (:class:`~headwater.sinks.base.SchemaSource` returns one object for all the positions
+    between two schema changes of a table, so that object's identity stands for the
+    interval): a lookup costs the base's lookup and a dict hit, and a schema change (a new
+    base object, or a history read again) builds anew. The cache is per object and is
+    not pickled.
     """
 
     base: Any
     specs: tuple[TransformSpec, ...]
+    _built: dict[tuple[str, str, int], tuple[Any, Any]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _names: dict[tuple[str, str], tuple[str, str]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TransformedSchema, (self.base, self.specs))
 
     def table_at(self, database: str, table: str, position: Any) -> Any:
-        from dataclasses import replace
-
-        source = self._source_name(database, table)
+        source = self._names.get((database, table))
+        if source is None:
+            source = self._names[(database, table)] = self._source_name(database, table)
         tdef = self.base.table_at(source[0], source[1], position)
         if tdef is None:
             return None
+        key = (database, table, id(tdef))
+        hit = self._built.get(key)
+        if hit is not None and hit[0] is tdef:  # the base object is kept: ids stay unique
+            return hit[1]
+        if len(self._built) >= _BUILT_MAX:  # definitions of histories read before
+            self._built.clear()
+        built = self._build(tdef, source)
+        self._built[key] = (tdef, built)
+        return built
+
+    def _build(self, tdef: Any, source: tuple[str, str]) -> Any:
+        from dataclasses import replace
+
         name = source
         columns = list(tdef.columns)
         key = list(tdef.primary_key)

@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 from headwater.changes import ChangeBlock, block_changes
 from headwater.changes.schema import change_arrow_schema, change_row_values
 from headwater.position import Position
+from headwater.spark import partitions
 from headwater.spark.partitions import _Columns
 
 NAMES = ("id", "k2", "a", "b", "c")
@@ -121,3 +122,54 @@ def test_an_update_that_changed_the_key_carries_the_old_key() -> None:
         ('{"id":2}', '{"id":1}', "1:4", 1 << 24),
         ('{"id":3}', None, "1:4", (1 << 24) + 1),
     ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(blocks(), min_size=2, max_size=5), st.sampled_from(("", "0-1-7")))
+def test_a_batch_of_several_blocks_equals_their_change_rows(
+    cases: list[tuple[ChangeBlock, int, int]], gtid: str
+) -> None:
+    # Columns with one value per block are runs expanded at batch(): each row must get
+    # its own block's values and sequence.
+    built = _Columns()
+    want = []
+    for seq, (block, lo, hi) in enumerate(cases, start=5):
+        record = SimpleNamespace(
+            seq=seq, gtid=gtid, position=block.position, ts_us=seq * 1000, schema_version=seq
+        )
+        built.add_block(block, record, "src", lo, hi)
+        want += [change_row_values(c) for c in block_changes(record, block, "src")[lo:hi]]
+    have = [tuple(row.values()) for row in built.batch(change_arrow_schema()).to_pylist()]
+    assert built.rows == len(want) == len(have)
+    assert have == [
+        tuple(v.replace(tzinfo=dt.UTC) if isinstance(v, dt.datetime) else v for v in row)
+        for row in want
+    ]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(blocks(), min_size=1, max_size=3))
+def test_without_the_c_extension_the_batch_is_the_same(
+    cases: list[tuple[ChangeBlock, int, int]],
+) -> None:
+    # Where headwater._native._imagejson is not built, images are rendered in Python into
+    # lists that pyarrow converts: the same record batch.
+    def build() -> Any:
+        built = _Columns()
+        for seq, (block, lo, hi) in enumerate(cases, start=5):
+            record = SimpleNamespace(
+                seq=seq, gtid="", position=block.position, ts_us=seq, schema_version=1
+            )
+            built.add_block(block, record, "src", lo, hi)
+        return built.batch(change_arrow_schema())
+
+    native = (partitions._render_block, partitions._JsonBuilder)
+    with_c = build()
+    partitions._render_block, partitions._JsonBuilder = None, None  # type: ignore[assignment]
+    try:
+        without = build()
+    finally:
+        partitions._render_block, partitions._JsonBuilder = native  # type: ignore[assignment]
+    assert native[0] is not None
+    assert with_c.num_rows == sum(hi - lo for _b, lo, hi in cases)
+    assert with_c.equals(without)
