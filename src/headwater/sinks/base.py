@@ -17,16 +17,22 @@ Contracts:
   "mysql"``. A sink whose capabilities say ``bulk_load`` has ``bulk_load(renames)``,
   which gives a :class:`BulkLoad` (snapshots load whole key ranges through it).
 * Table definitions come from a :class:`SchemaSource` (picklable): :class:`StaticSchema`
-  (definitions given inline) or :class:`SchemaFile` (the task's ``schema.jsonl``).
+  (definitions given inline) or :class:`SchemaFile` (the task's ``schema.jsonl``). A
+  source returns the *same* definition object for every position of one interval
+  between two schema changes of the table (views built on it, such as the transforms',
+  key their caches by that object's identity). :func:`pinned_schemas` scopes one apply
+  call: inside it a :class:`SchemaFile` checks its file once, not at every lookup.
 """
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
@@ -51,6 +57,7 @@ __all__ = [
     "as_change",
     "bulk_load_of",
     "map_database",
+    "pinned_schemas",
 ]
 
 #: Operations that carry a row image after the change.
@@ -216,24 +223,70 @@ class StaticSchema:
 class SchemaFile:
     """The reader task's schema history file (``schema.jsonl``), read-only.
 
-    Each process loads it once (cached by path and modification time), read-only: the
-    reader may be appending to it.
+    Each process loads it once and again only when the file changed: the reader appends
+    to it (every append changes its size) and a new task's file is another file (another
+    inode). A lookup checks the file with ``os.stat`` first (so it sees every schema change
+    recorded before it), except inside :func:`pinned_schemas`, where the first lookup of
+    the scope checks it and the others use what it found.
+
+    Why a check per apply call is enough: the reader records a DDL in the history before
+    it acknowledges the log record that carries it, and the pipeline reads only
+    acknowledged records, so the history as it is when a micro-batch is applied holds
+    every schema change up to the batch's last position.
     """
 
     path: str
     mariadb: bool = True
 
     def table_at(self, database: str, table: str, position: Position) -> TableDef | None:
-        history = _load_history(self.path, os.stat(self.path).st_mtime_ns, self.mariadb)
+        pinned = _PINNED.get()
+        key = (self.path, self.mariadb)
+        history = None if pinned is None else pinned.get(key)
+        if history is None:
+            history = _load_history(self.path, self.mariadb)
+            if pinned is not None:
+                pinned[key] = history
         found: TableDef | None = history.table_at(database, table, position)
         return found
 
 
-@lru_cache(maxsize=8)
-def _load_history(path: str, mtime_ns: int, mariadb: bool) -> Any:
+#: Inside :func:`pinned_schemas`: the histories the scope's first lookups loaded.
+_PINNED: contextvars.ContextVar[dict[tuple[str, bool], Any] | None] = contextvars.ContextVar(
+    "headwater_pinned_schemas", default=None
+)
+#: Per process: (path, mariadb) -> (the file's identity when read, its history).
+_HISTORIES: dict[tuple[str, bool], tuple[tuple[int, ...], Any]] = {}
+_HISTORIES_LOCK = threading.Lock()
+
+
+def _load_history(path: str, mariadb: bool) -> Any:
+    """The history in ``path`` as the file is now: read again when its device, inode,
+    size or modification time differ from the copy's (an append grows the file; a
+    replaced file is another inode)."""
+    st = os.stat(path)  # before the read: an append after it makes the next check read again
+    seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _HISTORIES.get((path, mariadb))
+    if cached is not None and cached[0] == seen:
+        return cached[1]
     from headwater.schema.history import SchemaHistory
 
-    return SchemaHistory.open(path, mariadb=mariadb, read_only=True)
+    with _HISTORIES_LOCK:
+        history = SchemaHistory.open(path, mariadb=mariadb, read_only=True)
+        _HISTORIES[(path, mariadb)] = (seen, history)
+    return history
+
+
+@contextmanager
+def pinned_schemas() -> Iterator[None]:
+    """One apply call's view of :class:`SchemaFile` histories: within it, each file is
+    checked (``os.stat``, read again if it changed) at its first lookup only, and every
+    later lookup of the scope uses that copy. Scopes nest (an inner one checks again)
+    and belong to their thread (a context variable)."""
+    token = _PINNED.set({})
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
 
 
 def _json(value: Any) -> dict[str, Any] | None:

@@ -68,6 +68,9 @@ class SqlDialect(ABC):
     text_bytes: ClassVar[bool]
     #: The target runs MySQL's DDL text (for statements with no table definition).
     runs_mysql_ddl: ClassVar[bool] = False
+    #: A statement group of at least this many rows goes through :meth:`bulk_write`
+    #: (0: this dialect has no bulk path; every group runs as batched statements).
+    bulk_rows: ClassVar[int] = 0
 
     def ident(self, name: str) -> str:
         q = self.quote_char
@@ -157,6 +160,22 @@ class SqlDialect(ABC):
         SQL text ``(v1, v2), (v3, v4)`` (values as literals), or None when this dialect
         binds parameters instead (the driver's own escaping is used)."""
         return None
+
+    def bulk_write(
+        self,
+        cur: Any,
+        table: str,
+        columns: Sequence[str],
+        key: Sequence[str],
+        delete: bool,
+        values: Sequence[list[Any]],
+    ) -> None:
+        """Write a whole statement group set-based, in the caller's transaction: delete
+        the keys (``delete``: ``columns`` are the key's), or upsert the rows, given column
+        by column (``values[j][i]``). The target's state afterwards is the one the batched
+        statements give (tests/integration/test_sink_bulk.py compares them). Only called
+        when :attr:`bulk_rows` is set."""
+        raise NotImplementedError(f"{type(self).__name__} has no bulk path")
 
     def delete_rendered(self, table: str, key: Sequence[str], rows: str) -> str:
         """:meth:`delete_sql` around rows from :meth:`render_columns`."""

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -60,10 +60,13 @@ __all__ = [
     "ROLE_NEW",
     "ROLE_OLD",
     "ChangeColumns",
+    "ColumnEffect",
     "KeyEvent",
     "NetEffect",
     "collapse",
+    "collapse_column_rows",
     "collapse_columns",
+    "column_effect",
     "explode",
     "key_id",
     "route",
@@ -276,6 +279,11 @@ ROLE_OLD = 1
 ROLE_NEW = 2
 
 
+#: One key's net effect in :class:`ChangeColumns`: ``(first row, last row, action, image)``
+#: (``image`` None for a delete), the rows being indexes into the columns.
+ColumnEffect = tuple[int, int, str, dict[str, Any] | None]
+
+
 def route_row(
     op: str, key_text: str | None, before_key_text: str | None
 ) -> list[tuple[int, str | None]]:
@@ -317,66 +325,109 @@ class ChangeColumns:
         return found
 
 
-def collapse_columns(cols: ChangeColumns, order: Sequence[int]) -> list[NetEffect]:
+def collapse_column_rows(
+    cols: ChangeColumns, order: Sequence[int], width: Callable[[int], int | None] | None = None
+) -> list[ColumnEffect]:
     """:func:`collapse` of the key events of rows ``order`` (indexes into ``cols``, in
-    sequence order), computed on the columns. Raises :class:`SinkError` for a keyless
-    row or an unknown operation, like :func:`explode`.
+    sequence order), computed on the columns, as :data:`ColumnEffect` tuples ordered by
+    last sequence (:func:`column_effect` makes one a :class:`NetEffect`). Raises
+    :class:`SinkError` for a keyless row or an unknown operation, like :func:`explode`.
 
-    One pass groups the rows of each key (the loop every row goes through, kept to a dict
-    lookup and an append); the rest runs once per key. When every row is of one table,
-    keys are told apart by their text alone, which saves a tuple per row."""
+    ``width(i)``: how many columns row ``i``'s table has (None: unknown). A key's last
+    after image that holds that many columns is a full image: the key's earlier images
+    (which the merge of MINIMAL images would fold in under it) are then not parsed.
+
+    The first and last row of each key are found with C loops (``dict``/``zip``/``map``),
+    every row of a key only when its images must be merged; the rest runs once per key.
+    When every row is of one table, keys are told apart by their text alone, which saves
+    a tuple per row."""
     op, role, after = cols.op, cols.role, cols.after
     _check(cols, order)
     keys = cols.key
     idents: Sequence[Any] = keys
     if not _one_table(cols):
         idents = list(zip(cols.source, cols.database, cols.table, keys, strict=True))
-    rows_of: dict[Any, list[int]] = {}
-    for i in order:
-        ident = idents[i]
-        rows = rows_of.get(ident)
-        if rows is None:
-            rows_of[ident] = [i]
-        else:
-            rows.append(i)
+    ids = list(map(idents.__getitem__, order))
+    last_of = dict(zip(ids, order, strict=True))  # a key's last row (later rows overwrite)
+    first_of = last_of
+    if len(last_of) < len(ids):  # some key has several rows: its first one too
+        first_of = dict(zip(reversed(ids), reversed(order), strict=True))
+    rows_of: dict[Any, list[int]] | None = None  # every key's rows, when a merge needs them
+    loads = orjson.loads
     effects: list[tuple[int, int, str, dict[str, Any] | None]] = []
-    for rows in rows_of.values():
-        last = rows[-1]
+    for ident, last in last_of.items():
+        first = first_of[ident]
         if op[last] == "delete" or role[last] == ROLE_OLD:
-            first = rows[0]
             if op[first] == "insert" or role[first] == ROLE_NEW:
                 continue  # created in this batch and gone again: nothing
             effects.append((first, last, DELETE, None))
             continue
-        image: dict[str, Any] = {}
-        if len(rows) == 1:
-            text = after[last]
-            if text is not None:
-                image = orjson.loads(text)
-        else:
-            for p in rows:  # merge the puts since the last delete (MINIMAL images)
-                if op[p] == "delete" or role[p] == ROLE_OLD:
-                    image = {}
-                elif (text := after[p]) is not None:
-                    image.update(orjson.loads(text))
-        effects.append((rows[0], last, UPSERT, image))
+        text = after[last]
+        image: dict[str, Any] = {} if text is None else loads(text)
+        if first != last:
+            full = width(last) if width is not None else None
+            if full is None or len(image) < full:
+                if rows_of is None:
+                    rows_of = {}
+                    for key, i in zip(ids, order, strict=True):
+                        rows_of.setdefault(key, []).append(i)
+                image = {}
+                for p in rows_of[ident]:  # merge the puts since the last delete (MINIMAL)
+                    if op[p] == "delete" or role[p] == ROLE_OLD:
+                        image = {}
+                    elif (text := after[p]) is not None:
+                        image.update(loads(text))
+        effects.append((first, last, UPSERT, image))
     seq = cols.sequence
     effects.sort(key=lambda e: seq[e[1]])
-    src, db, tbl = cols.source, cols.database, cols.table
+    return effects
+
+
+def column_effect(cols: ChangeColumns, effect: ColumnEffect) -> NetEffect:
+    """The :class:`NetEffect` of one :data:`ColumnEffect` of ``cols``."""
+    first, last, action, image = effect
+    key = cols.key[last]
+    return NetEffect(
+        cols.source[last],
+        cols.database[last],
+        cols.table[last],
+        key,  # type: ignore[arg-type]  # collapse refused keyless rows
+        orjson.loads(key),  # type: ignore[arg-type]
+        action,
+        image,
+        cols.sequence[first],
+        cols.sequence[last],
+        cols.position(last),
+    )
+
+
+def collapse_columns(
+    cols: ChangeColumns, order: Sequence[int], width: Callable[[int], int | None] | None = None
+) -> list[NetEffect]:
+    """:func:`collapse_column_rows` as :class:`NetEffect` values."""
+    rows = collapse_column_rows(cols, order, width)
+    src, db, tbl, keys, seq, position = (
+        cols.source, cols.database, cols.table, cols.key, cols.sequence, cols.position
+    )  # fmt: skip
+    loads = orjson.loads
+    new = tuple.__new__  # NetEffect(...) goes through a Python-level __new__
     return [
-        NetEffect(
-            src[last],
-            db[last],
-            tbl[last],
-            keys[last],  # type: ignore[arg-type]  # _check refused keyless rows
-            orjson.loads(keys[last]),  # type: ignore[arg-type]
-            action,
-            image,
-            seq[first],
-            seq[last],
-            cols.position(last),
+        new(
+            NetEffect,
+            (
+                src[last],
+                db[last],
+                tbl[last],
+                keys[last],
+                loads(keys[last]),  # type: ignore[arg-type]  # _check refused keyless rows
+                action,
+                image,
+                seq[first],
+                seq[last],
+                position(last),
+            ),
         )
-        for first, last, action, image in effects
+        for first, last, action, image in rows
     ]
 
 

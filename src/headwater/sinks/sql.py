@@ -62,15 +62,16 @@ from headwater.sinks.base import (
 from headwater.sinks.dialect import SqlDialect, SqlSinkConfig, describe
 from headwater.sinks.merge import (
     ChangeColumns,
+    ColumnEffect,
     KeyEvent,
     NetEffect,
     collapse,
-    collapse_columns,
+    collapse_column_rows,
     explode,
 )
 from headwater.sinks.pool import POOL, close_quietly, rollback_quietly
 from headwater.sinks.schemachange import FORGETS, plan_schema_change, position_before, scope_of
-from headwater.sinks.writes import plan_writes, run_write
+from headwater.sinks.writes import plan_column_writes, plan_writes, run_write
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -88,12 +89,14 @@ OnRetry = Callable[[int, BaseException], None]
 @dataclass(frozen=True, slots=True)
 class _Selected:
     """What a shard transaction applies, chosen once the checkpoints are read: how many
-    events were already applied, the net effects of the rest, and per source the last
-    sequence and the number of events applied."""
+    events were already applied, the net effects of the rest (NetEffects, or
+    ColumnEffects of ``columns``), and per source the last sequence and the number of
+    events applied."""
 
     skipped: int
-    effects: list[NetEffect]
+    effects: list[NetEffect] | list[ColumnEffect]
     progress: dict[str, tuple[int, int]]
+    columns: ChangeColumns | None = None
 
 
 def _progress(items: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
@@ -320,8 +323,9 @@ class SqlSink:
                 progress = _progress((src[i], seq[i]) for i in todo)
             return _Selected(
                 len(rows) - len(todo),
-                collapse_columns(cols, todo) if todo else [],
+                collapse_column_rows(cols, todo, self._widths(cols)) if todo else [],
                 progress,
+                cols,
             )
 
         def apply() -> ApplyResult:
@@ -332,6 +336,26 @@ class SqlSink:
         if not self.config.create_tables:
             return apply()
         return self._recreating(apply, lambda: self._create_tables(created, connection))
+
+    def _widths(self, cols: ChangeColumns) -> Callable[[int], int | None]:
+        """``width(i)`` of :func:`~headwater.sinks.merge.collapse_column_rows`: how many columns
+        row ``i``'s table has at its position (None without a definition), one lookup per
+        table and position."""
+        found: dict[tuple[Any, ...], int | None] = {}
+        schema = self.config.schema
+        db, tbl, cid, fnum, off, ev = (
+            cols.database, cols.table, cols.change_id, cols.file_num, cols.offset,
+            cols.event_index,
+        )  # fmt: skip
+
+        def width(i: int) -> int | None:
+            at = (db[i], tbl[i], cid[i], fnum[i], off[i], ev[i])
+            if at not in found:
+                tdef = schema.table_at(db[i], tbl[i], cols.position(i))
+                found[at] = None if tdef is None else len(tdef.columns)
+            return found[at]
+
+        return width
 
     def _recreating(
         self, apply: Callable[[], ApplyResult], create: Callable[[], None]
@@ -413,9 +437,25 @@ class SqlSink:
                 def has(db: str, table: str) -> frozenset[str] | None:
                     return self._target_has(cur, db, table)
 
-            writes = plan_writes(
-                chosen.effects, self.config, self.dialect, batch_id, shard, target_has=has
-            )
+            if chosen.columns is not None:
+                writes = plan_column_writes(
+                    chosen.columns,
+                    chosen.effects,  # type: ignore[arg-type]  # ColumnEffects with columns
+                    self.config,
+                    self.dialect,
+                    batch_id,
+                    shard,
+                    target_has=has,
+                )
+            else:
+                writes = plan_writes(
+                    chosen.effects,  # type: ignore[arg-type]  # NetEffects without
+                    self.config,
+                    self.dialect,
+                    batch_id,
+                    shard,
+                    target_has=has,
+                )
             upserts = deletes = 0
             for write in writes:
                 if write.delete:

@@ -8,7 +8,10 @@ batched statements of the dialect.
 
 Invariants: effects keep their order within a group, so the values of row ``i`` belong to
 ``effects[i]``; a delete names the key's columns in key order, an upsert the image's
-columns in table order. Every batched statement runs under the savepoint ``hw_batch``: when
+columns in table order. A group of at least the dialect's ``bulk_rows`` rows is written
+set-based instead (PostgreSQL: ``COPY`` into a temporary table, then one ``INSERT ...
+SELECT ... ON CONFLICT`` or ``DELETE ... USING``), in the same transaction. Every batched
+statement, and every bulk write, runs under the savepoint ``hw_batch``: when
 the database refuses it for good (the dialect's ``retryable`` says False), the transaction
 goes back to that savepoint and the batch is re-run a row at a time, each row under
 ``hw_row`` and rolled back, to name the first row that fails on its own; the caller then
@@ -18,19 +21,27 @@ retry or report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, KeysView
+from collections.abc import Callable, Iterable, KeysView, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
+
+import orjson
 
 from headwater.errors import SinkError
 from headwater.schema.model import TableDef
 from headwater.sinks.base import SchemaSource, map_database
 from headwater.sinks.dialect import SqlDialect, SqlSinkConfig, describe
-from headwater.sinks.merge import DELETE, NetEffect
+from headwater.sinks.merge import (
+    DELETE,
+    ChangeColumns,
+    ColumnEffect,
+    NetEffect,
+    column_effect,
+)
 from headwater.sinks.values import ValueRules, column_converter
 
-__all__ = ["Shape", "Write", "plan_writes", "run_write"]
+__all__ = ["ColumnEffects", "Shape", "Write", "plan_column_writes", "plan_writes", "run_write"]
 
 
 class Shape(NamedTuple):
@@ -43,18 +54,50 @@ class Shape(NamedTuple):
     convert: list[Callable[[list[Any]], list[Any]]]
 
 
+class ColumnEffects(Sequence[NetEffect]):
+    """The net effects of a :class:`Write` planned on columns (:func:`plan_column_writes`):
+    kept as :data:`~headwater.sinks.merge.ColumnEffect` tuples, made
+    :class:`~headwater.sinks.merge.NetEffect` values only when asked for one (an error
+    names its key)."""
+
+    __slots__ = ("cols", "rows")
+
+    def __init__(self, cols: ChangeColumns) -> None:
+        self.cols = cols
+        self.rows: list[ColumnEffect] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, i: int) -> NetEffect: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[NetEffect]: ...
+
+    def __getitem__(self, i: int | slice) -> NetEffect | list[NetEffect]:
+        if isinstance(i, slice):
+            return [column_effect(self.cols, e) for e in self.rows[i]]
+        return column_effect(self.cols, self.rows[i])
+
+    def append(self, effect: ColumnEffect) -> None:
+        self.rows.append(effect)
+
+
 @dataclass(slots=True)
 class Write:
     """The net effects of one statement shape: a table's deletes, or its upserts of one
-    column set. ``values[j][i]`` is column ``j`` of effect ``i``, converted for the driver
-    a column at a time (:func:`~headwater.sinks.values.column_converter`)."""
+    column set. ``sources[i]`` is effect ``i``'s key (a delete) or image (an upsert);
+    ``values[j][i]`` is column ``j`` of effect ``i``, converted for the driver a column at
+    a time (:func:`~headwater.sinks.values.column_converter`)."""
 
     table: str  # target reference, quoted
     name: str  # source db.table, for messages
     key: tuple[str, ...]
     columns: tuple[str, ...]
     delete: bool
-    effects: list[NetEffect] = field(default_factory=list)
+    effects: list[NetEffect] | ColumnEffects = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)
     #: ``(index of the first effect, shape)``: a new run starts where the table
     #: definition (the converters) changes, so effects keep their order.
     runs: list[tuple[int, Shape]] = field(default_factory=list)
@@ -66,12 +109,93 @@ class Write:
     def convert(self) -> None:
         """Fill :attr:`values` (raises what a converter raises)."""
         self.values = [[] for _ in self.columns]
-        bounds = [start for start, _ in self.runs[1:]] + [len(self.effects)]
+        bounds = [start for start, _ in self.runs[1:]] + [len(self.sources)]
         for (start, shape), stop in zip(self.runs, bounds, strict=True):
-            effects = self.effects[start:stop]
-            sources = [e.key if self.delete else e.image or {} for e in effects]
+            sources = self.sources[start:stop]
             for j, name in enumerate(shape.columns):
                 self.values[j].extend(shape.convert[j](list(map(itemgetter(name), sources))))
+
+
+class _Planner:
+    """What both planners share: the definition and statement shape of an effect, and the
+    :class:`Write` it goes to (see :func:`plan_writes`)."""
+
+    def __init__(
+        self,
+        config: SqlSinkConfig,
+        dialect: SqlDialect,
+        batch_id: int,
+        shard: int,
+        target_has: Callable[[str, str], frozenset[str] | None] | None,
+        effects: Callable[[], list[NetEffect] | ColumnEffects],
+    ) -> None:
+        self.config, self.dialect, self.batch_id, self.shard = config, dialect, batch_id, shard
+        self.target_has = target_has
+        self.effects = effects
+        self.rules = ValueRules(config.zero_dates, dialect.text_bytes)
+        self.groups: dict[tuple[str, str, bool, tuple[str, ...]], Write] = {}
+        # Rows of one binlog event share a position object: look each definition up once
+        # per position (the effects hold the positions, so ids stay unique meanwhile), and
+        # work out each statement shape (columns, converters) once.
+        self.tdefs: dict[tuple[str, str, int], TableDef] = {}
+        self.shapes: dict[tuple[int, bool, tuple[str, ...]], Shape] = {}
+        # Equal definitions as one object, so shapes (keyed by its id) are shared: a schema
+        # may build a new object per lookup (the transforms' view does), and single-row
+        # transactions give every effect a position of its own.
+        self.same: dict[TableDef, TableDef] = {}
+        # The same object again (a schema returns one per interval between schema
+        # changes): no hash of the whole definition. Holds the object: ids stay unique.
+        self.by_id: dict[int, tuple[TableDef, TableDef]] = {}
+
+    def shape_of(self, effect: NetEffect) -> Shape:
+        at = (effect.database, effect.table, id(effect.position))
+        tdef = self.tdefs.get(at)
+        if tdef is None:
+            found = _table_def(self.config.schema, effect, self.batch_id, self.shard)
+            seen = self.by_id.get(id(found))
+            if seen is None or seen[0] is not found:
+                seen = self.by_id[id(found)] = (found, self.same.setdefault(found, found))
+            tdef = self.tdefs[at] = seen[1]
+        delete = effect.action == DELETE
+        names = tuple(effect.key if delete else effect.image or {})
+        shape = self.shapes.get((id(tdef), delete, names))
+        if shape is None:
+            has = None
+            if self.target_has is not None:
+                has = self.target_has(effect.database, effect.table)
+            shape = self.shapes[(id(tdef), delete, names)] = _shape(
+                effect, tdef, delete, names, self.rules, self.batch_id, self.shard, has
+            )
+        return shape
+
+    def write_for(self, effect: NetEffect) -> Write:
+        """The write ``effect`` goes to, a new run started in it when its shape differs."""
+        shape = self.shape_of(effect)
+        gkey = (effect.database, effect.table, shape.delete, shape.columns)
+        write = self.groups.get(gkey)
+        if write is None:
+            target = map_database(self.config.database_map, effect.database)
+            write = self.groups[gkey] = Write(
+                self.dialect.table_ref(target, effect.table),
+                effect.table_name,
+                tuple(effect.key),
+                shape.columns,
+                shape.delete,
+                self.effects(),
+            )
+        if not write.runs or write.runs[-1][1] is not shape:
+            write.runs.append((len(write.sources), shape))
+        return write
+
+    def converted(self, effects: Callable[[], Iterable[NetEffect]]) -> list[Write]:
+        """The writes, values converted (:class:`SinkError` naming the first effect of
+        ``effects()`` with a value its converter refuses)."""
+        try:
+            for write in self.groups.values():
+                write.convert()
+        except (ValueError, TypeError):
+            raise _conversion_error(effects(), self.shape_of, self.batch_id, self.shard) from None
+        return list(self.groups.values())
 
 
 def plan_writes(
@@ -89,36 +213,15 @@ def plan_writes(
     ``target_has(database, table)`` (``ddl: ignore``): the columns the target table has
     (None: unknown); an upsert then writes only those, the source's other columns are
     left out."""
-    rules = ValueRules(config.zero_dates, dialect.text_bytes)
-    groups: dict[tuple[str, str, bool, tuple[str, ...]], Write] = {}
-    # Rows of one binlog event share a position object: look each definition up once
-    # per position (the effects hold the positions, so ids stay unique meanwhile), and
-    # work out each statement shape (columns, converters) once.
-    tdefs: dict[tuple[str, str, int], TableDef] = {}
-    shapes: dict[tuple[int, bool, tuple[str, ...]], Shape] = {}
-
-    def shape_of(effect: NetEffect) -> Shape:
-        at = (effect.database, effect.table, id(effect.position))
-        tdef = tdefs.get(at)
-        if tdef is None:
-            tdef = tdefs[at] = _table_def(config.schema, effect, batch_id, shard)
-        delete = effect.action == DELETE
-        names = tuple(effect.key if delete else effect.image or {})
-        shape = shapes.get((id(tdef), delete, names))
-        if shape is None:
-            has = None if target_has is None else target_has(effect.database, effect.table)
-            shape = shapes[(id(tdef), delete, names)] = _shape(
-                effect, tdef, delete, names, rules, batch_id, shard, has
-            )
-        return shape
-
+    planner = _Planner(config, dialect, batch_id, shard, target_has, list)
     # Consecutive effects mostly come from one event and have one column set: they
     # go where the previous one went without the lookups.
     write: Write | None = None
     previous: NetEffect | None = None
     previous_names: KeysView[str] | None = None
     for effect in effects:
-        names = (effect.key if effect.action == DELETE else effect.image or {}).keys()
+        source = effect.key if effect.action == DELETE else effect.image or {}
+        names = source.keys()
         if (
             write is None
             or previous is None
@@ -128,28 +231,56 @@ def plan_writes(
             or effect.database != previous.database
             or names != previous_names
         ):
-            shape = shape_of(effect)
-            gkey = (effect.database, effect.table, shape.delete, shape.columns)
-            write = groups.get(gkey)
-            if write is None:
-                target = map_database(config.database_map, effect.database)
-                write = groups[gkey] = Write(
-                    dialect.table_ref(target, effect.table),
-                    effect.table_name,
-                    tuple(effect.key),
-                    shape.columns,
-                    shape.delete,
-                )
-            if not write.runs or write.runs[-1][1] is not shape:
-                write.runs.append((len(write.effects), shape))
-        write.effects.append(effect)
+            write = planner.write_for(effect)
+        write.effects.append(effect)  # type: ignore[arg-type]  # a list here
+        write.sources.append(source)
         previous, previous_names = effect, names
-    try:
-        for write in groups.values():
-            write.convert()
-    except (ValueError, TypeError):
-        raise _conversion_error(effects, shape_of, batch_id, shard) from None
-    return list(groups.values())
+    return planner.converted(lambda: effects)
+
+
+def plan_column_writes(
+    cols: ChangeColumns,
+    effects: list[ColumnEffect],
+    config: SqlSinkConfig,
+    dialect: SqlDialect,
+    batch_id: int,
+    shard: int,
+    target_has: Callable[[str, str], frozenset[str] | None] | None = None,
+) -> list[Write]:
+    """:func:`plan_writes` of the net effects of
+    :func:`~headwater.sinks.merge.collapse_column_rows` on ``cols``, without a
+    :class:`NetEffect` per effect: an upsert's values come from its image as they are,
+    a delete's key is parsed from its text; effects are made :class:`NetEffect` values
+    only where a new statement shape may start (another position, action, table or
+    column set than the previous effect's) and for errors."""
+    planner = _Planner(config, dialect, batch_id, shard, target_has, lambda: ColumnEffects(cols))
+    keys, db, tbl = cols.key, cols.database, cols.table
+    cid, fnum, off, ev = cols.change_id, cols.file_num, cols.offset, cols.event_index
+    loads = orjson.loads
+    write: Write | None = None
+    last_row = -1
+    action_was = ""
+    names_were: KeysView[str] | None = None
+    for effect in effects:
+        _, last, action, image = effect
+        source: dict[str, Any] = loads(keys[last]) if action == DELETE else image or {}  # type: ignore[arg-type]
+        names = source.keys()
+        if (
+            write is None
+            or off[last] != off[last_row]
+            or action != action_was
+            or names != names_were
+            or ev[last] != ev[last_row]
+            or tbl[last] != tbl[last_row]
+            or db[last] != db[last_row]
+            or fnum[last] != fnum[last_row]
+            or cid[last] != cid[last_row]
+        ):
+            write = planner.write_for(column_effect(cols, effect))
+        write.effects.append(effect)  # type: ignore[arg-type]  # ColumnEffects here
+        write.sources.append(source)
+        last_row, action_was, names_were = last, action, names
+    return planner.converted(lambda: (column_effect(cols, e) for e in effects))
 
 
 def _shape(
@@ -200,7 +331,7 @@ def _table_def(schema: SchemaSource, effect: NetEffect, batch_id: int, shard: in
 
 
 def _conversion_error(
-    effects: list[NetEffect], shape_of: Callable[[NetEffect], Shape], batch_id: int, shard: int
+    effects: Iterable[NetEffect], shape_of: Callable[[NetEffect], Shape], batch_id: int, shard: int
 ) -> SinkError:
     """The error of the first effect with a value its converter refuses (a whole column
     failed to convert: find the row, value by value)."""
@@ -219,9 +350,23 @@ def run_write(
     cur: Any, write: Write, dialect: SqlDialect, batch_rows: int, batch_id: int, shard: int
 ) -> int:
     """Run ``write`` as statements of at most ``batch_rows`` rows (fewer when the dialect
-    binds parameters and the target caps them), each under a savepoint so that a failing
-    one can be re-run row by row to name the row; the number of effects written."""
+    binds parameters and the target caps them), or, from the dialect's ``bulk_rows``
+    rows on, as one :meth:`~headwater.sinks.dialect.SqlDialect.bulk_write`; each under a
+    savepoint so that a failing one can be re-run row by row to name the row; the
+    number of effects written."""
     count = len(write.effects)
+    if dialect.bulk_rows and count >= dialect.bulk_rows:
+        cur.execute("SAVEPOINT hw_batch")
+        try:
+            dialect.bulk_write(
+                cur, write.table, write.columns, write.key, write.delete, write.values
+            )
+        except Exception as exc:
+            if dialect.retryable(exc) is not False:
+                raise
+            cur.execute("ROLLBACK TO SAVEPOINT hw_batch")
+            raise _locate(cur, write, dialect, range(count), exc, batch_id, shard) from exc
+        return count
     width = len(write.columns)
     size = max(1, min(batch_rows, dialect.capabilities.max_params // width))
     for start in range(0, count, size):

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from headwater.changes.schema import change_arrow_schema
-from headwater.sinks.bus.arrow import batch_messages
+from headwater.sinks.bus.arrow import batch_messages, batch_records
 from headwater.sinks.bus.messages import BusOptions, bus_messages
 
 NAMES = ["orders", "t\u00e9", 'we"ird', "back\\slash", "tab\there", "line\nfeed"]
@@ -80,3 +80,68 @@ def test_plain_strings_take_the_arrow_path_and_other_columns_fall_back() -> None
     assert list(batch_messages(batch, options)) == list(bus_messages(batch.to_pylist(), options))
     fewer = batch.drop_columns(["schema_version"])
     assert list(batch_messages(fewer, options)) == list(bus_messages(fewer.to_pylist(), options))
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_batch_records_are_the_messages_as_lists(seed: int) -> None:
+    """A batch of row changes (no DDL) as Kafka's parallel lists: the same topics, keys
+    and values, in the same order, as the messages; several tables, odd names, null
+    keys and the awkward strings included."""
+    generated = [r for r in rows(400, seed) if r["op"] != "ddl"]
+    batch = pa.RecordBatch.from_pylist(generated, schema=change_arrow_schema())
+    options = BusOptions(topic="{source}.{database}.{table}")
+    records = batch_records(batch, options)
+    messages = list(bus_messages(batch.to_pylist(), options))
+    assert records is not None
+    assert records.topics == [m.topic for m in messages]
+    assert records.keys == [m.key for m in messages]
+    assert records.values == [m.value for m in messages]
+    assert records.names == {m.topic for m in messages}
+    assert len(records.names) > 10
+    assert None in records.keys
+
+
+def test_batch_records_of_one_table_and_of_no_rows() -> None:
+    """One group (the head is a constant of the join) and an empty batch."""
+    one = [r for r in rows(200, 5) if r["op"] != "ddl"]
+    for r in one:
+        r.update(source="src", database="shop", table="orders", op="update")
+    batch = pa.RecordBatch.from_pylist(one, schema=change_arrow_schema())
+    options = BusOptions()
+    records = batch_records(batch, options)
+    assert records is not None
+    assert records.values == [m.value for m in bus_messages(batch.to_pylist(), options)]
+    assert records.names == {"src.shop.orders"}
+    assert records.topics == ["src.shop.orders"] * len(one)
+    empty = batch_records(batch.slice(0, 0), options)
+    assert empty == batch_records(batch.slice(0, 0), options)
+    assert empty is not None and empty.values == [] and empty.topics == []
+
+
+@pytest.mark.parametrize(
+    ("change", "options"),
+    [
+        ({"op": "ddl"}, BusOptions()),
+        ({"op": "delete"}, BusOptions(tombstones=True)),
+        ({"sequence": None}, BusOptions()),
+    ],
+)
+def test_batch_records_leave_other_batches_to_the_messages(
+    change: dict[str, Any], options: BusOptions
+) -> None:
+    """A DDL row, a tombstone to add or a null sequence in row 20: None for the batch (the
+    caller goes message by message); the rows before it are covered."""
+    base = [r for r in rows(50, 9) if r["op"] not in ("ddl", "delete")]
+    base[20].update(change)
+    batch = pa.RecordBatch.from_pylist(base, schema=change_arrow_schema())
+    assert batch_records(batch, options) is None
+    head = batch_records(batch.slice(0, 20), options)
+    assert head is not None and len(head.values) == 20
+
+
+def test_batch_records_of_other_formats_and_columns_are_none() -> None:
+    base = [r for r in rows(50, 9) if r["op"] != "ddl"]
+    batch = pa.RecordBatch.from_pylist(base, schema=change_arrow_schema())
+    assert batch_records(batch, BusOptions(format="debezium")) is None
+    assert batch_records(batch, BusOptions(format="ums")) is None
+    assert batch_records(batch.drop_columns(["sql"]), BusOptions()) is None

@@ -219,10 +219,13 @@ def test_net_effect_equals_applying_every_change_in_order(
     assert len({e.key_id for e in effects}) == len(effects)
 
 
-def columnar_net(changes: list[ChangeRow], count: int) -> dict[int, list[NetEffect]]:
+def columnar_net(
+    changes: list[ChangeRow], count: int, width: int | None = None
+) -> dict[int, list[NetEffect]]:
     """The Spark glue's path: each row's copies (route_row on ``key`` and ``before_key``,
     as JSON text as the Arrow columns carry them) spread over ``count`` shards by a hash
-    of the key text, then collapse_columns per shard."""
+    of the key text, then collapse_columns per shard (told the tables have ``width``
+    columns, when given)."""
     copies: dict[int, list[tuple[ChangeRow, int, str | None]]] = {}
     for c in changes:
         key_text = None if c.key is None else orjson.dumps(c.key).decode()
@@ -250,7 +253,7 @@ def columnar_net(changes: list[ChangeRow], count: int) -> dict[int, list[NetEffe
             [role for _, role, _ in rows],
         )
         order = sorted(range(len(rows)), key=cols.sequence.__getitem__)
-        out[shard] = collapse_columns(cols, order)
+        out[shard] = collapse_columns(cols, order, None if width is None else lambda i: width)
     return out
 
 
@@ -276,11 +279,17 @@ def minimal_histories(draw: st.DrawFn) -> list[ChangeRow]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(histories().map(lambda h: h[1]), minimal_histories()), st.integers(1, 4))
+@given(
+    st.one_of(histories().map(lambda h: h[1]), minimal_histories()),
+    st.integers(1, 4),
+    st.sampled_from([None, 2]),
+)
 def test_columnar_routing_and_collapse_equal_explode_and_collapse(
-    changes: list[ChangeRow], count: int
+    changes: list[ChangeRow], count: int, width: int | None
 ) -> None:
-    by_shard = columnar_net(changes, count)
+    """With the tables' width (2: ``id``, ``v``) a full last image stands for the key's
+    earlier ones; without it every image is merged; both equal the reference."""
+    by_shard = columnar_net(changes, count, width)
     reference = net(changes)
     assert comparable([e for effects in by_shard.values() for e in effects]) == comparable(
         reference

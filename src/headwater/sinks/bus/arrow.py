@@ -4,14 +4,20 @@
 ``bus_messages(batch.to_pylist(), options)`` (:mod:`headwater.sinks.bus.messages`), byte
 for byte, in the same order (a differential unit test holds the two equal). The
 ``change_row`` format of a batch with exactly the change-row columns
-(:data:`headwater.changes.schema.CHANGE_COLUMNS`) is built column-wise: each column is
-turned into a Python list once (``commit_ts`` never is: converting timestamps to
-``datetime`` objects was the largest single cost of the row-dict path), repeated strings
-(source, database, table, op) are JSON-encoded once per distinct value, and each value is
-one ``bytes`` %-format of the pre-encoded pieces with the images' JSON text spliced in.
-Rows the fast path does not cover (DDL rows, whose messages go to the schema topic) and
-other formats or column sets go through :func:`bus_messages` row by row, in place, so the
-order of the batch is kept.
+(:data:`headwater.changes.schema.CHANGE_COLUMNS`) is built column-wise by Arrow compute:
+each column becomes a column of JSON texts (``commit_ts`` never is: converting timestamps
+to ``datetime`` objects was the largest single cost of the row-dict path), repeated
+strings (source, database, table, op) are JSON-encoded once per distinct value (Arrow's
+dictionary encoding), and the values are one element-wise join of the pre-encoded pieces
+with the images' JSON text spliced in. Rows the fast path does not cover (DDL rows, whose
+messages go to the schema topic) and other formats or column sets go through
+:func:`bus_messages` row by row, in place, so the order of the batch is kept.
+
+:func:`batch_records` gives a batch's messages as three parallel lists (topics, keys,
+values) with no Python object per message but the values themselves: what a Kafka
+producer needs (no message ids), produced in a tight loop
+(:mod:`headwater.sinks.kafka.producer`). It covers the batches every row of which the fast
+path covers and returns None for the others.
 
 Invariant: the head of a change-row value lists the scalar columns in schema order
 (``commit_ts`` left out), then ``key``, ``before``, ``after``, ``before_key``, as
@@ -21,6 +27,7 @@ Invariant: the head of a change-row value lists the scalar columns in schema ord
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -31,7 +38,7 @@ from headwater.sinks.bus.messages import BusMessage, BusOptions, bus_messages, r
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["batch_messages"]
+__all__ = ["Records", "batch_messages", "batch_records"]
 
 _EMPTY, _QUOTE, _NULL, _CLOSE = b"", b'"', b"null", b"}"
 
@@ -49,70 +56,204 @@ _LABELS = tuple(
     (b"{" if i == 0 else b",") + orjson.dumps(name) + b":" for i, name in enumerate(_HEAD + _IMAGES)
 )
 _PLAIN = r"^[ !#-\[\]-~]*$"  # printable ASCII but the quote and the backslash
+# Columns of few distinct values: JSON-encoded per distinct value, then taken per row.
+_REPEATED = ("source", "database", "table", "op")
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """A batch's messages as parallel lists, in the batch's order: ``topics[i]``,
+    ``keys[i]`` (None: no key), ``values[i]``; ``names``: the distinct topics."""
+
+    topics: list[str]
+    keys: list[bytes | None]
+    values: list[bytes]
+    names: frozenset[str]
+
+
+def _plain(column: Any) -> bool:
+    """Whether every value of a string column needs no JSON escaping (printable ASCII
+    without ``"`` and ``\\``, the common case for names, GTIDs and ops; nulls count as
+    plain)."""
+    import pyarrow.compute as pc
+
+    return column.null_count == len(column) or bool(
+        pc.all(pc.match_substring_regex(column, _PLAIN)).as_py()
+    )
+
+
+def _quoted(column: Any) -> Any:
+    """A string column as a binary array of JSON strings (nulls stay null): plain values
+    (:func:`_plain`) are quoted by Arrow; others are encoded by orjson one distinct value
+    at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if _plain(column):
+        return pc.binary_join_element_wise(_EMPTY, column.cast(pa.binary()), _EMPTY, _QUOTE)
+    seen: dict[Any, bytes | None] = {None: None}
+    values = []
+    for v in column.to_pylist():
+        enc = seen.get(v)
+        if enc is None and v is not None:
+            enc = seen[v] = orjson.dumps(v)
+        values.append(enc)
+    return pa.array(values, pa.binary())
 
 
 def _json(column: Any, name: str) -> Any:
-    """A column as a binary array of JSON values (``null`` for nulls), built by Arrow: a
-    string column whose values all need no escaping (printable ASCII without ``"`` and
-    ``\\``, the common case for names, GTIDs and ops) is quoted as is; others are encoded
-    by orjson one distinct value at a time; the images' JSON text is taken as it is."""
+    """A column as a binary array of JSON values (``null`` for nulls), built by Arrow:
+    integers as their decimal text, strings quoted (:func:`_quoted`), the images' JSON
+    text as it is."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if name in _IMAGES:
         out = column.cast(pa.binary())
     elif pa.types.is_integer(column.type):
         out = column.cast(pa.string()).cast(pa.binary())
-    elif (
-        column.null_count == len(column) or pc.all(pc.match_substring_regex(column, _PLAIN)).as_py()
-    ):
-        out = pc.binary_join_element_wise(_EMPTY, column.cast(pa.binary()), _EMPTY, _QUOTE)
     else:
-        seen: dict[Any, bytes] = {}
-        values = []
-        for v in column.to_pylist():
-            enc = seen.get(v)
-            if enc is None:
-                enc = seen[v] = orjson.dumps(v)
-            values.append(enc)
-        return pa.array(values, pa.binary())
+        out = _quoted(column)
     return out.fill_null(_NULL)
+
+
+@dataclass(frozen=True, slots=True)
+class _Groups:
+    """The ``n`` rows of a batch grouped by their (source, database, table, op):
+    ``distinct`` holds each group's four values, ``positions[i]`` the group of row ``i``
+    (an Arrow array; None: at most one group)."""
+
+    distinct: list[tuple[Any, ...]]
+    positions: Any
+    n: int
+
+    def rows(self, per_group: list[Any]) -> list[Any]:
+        """``per_group``'s item of each row."""
+        if self.positions is None:
+            return per_group[:1] * self.n
+        return [per_group[p] for p in self.positions.to_pylist()]
+
+    def column(self, per_group: list[bytes]) -> Any:
+        """``per_group``'s item of each row: a binary scalar if there is one group (Arrow
+        broadcasts it), else a binary array."""
+        import pyarrow as pa
+
+        if self.positions is None:
+            return pa.scalar(per_group[0] if per_group else _EMPTY, pa.binary())
+        return pa.array(per_group, pa.binary()).take(self.positions)
+
+
+def _groups(batch: pyarrow.RecordBatch) -> _Groups:
+    """The groups of ``batch``'s rows (:class:`_Groups`): each of the four columns is
+    dictionary-encoded and the indices are combined into one code per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    code: Any = pa.scalar(0, pa.int64())
+    dictionaries, sizes = [], []
+    for name in _REPEATED:
+        encoded = batch.column(_INDEX[name]).dictionary_encode()
+        size = len(encoded.dictionary) + 1  # the last index stands for null
+        dictionaries.append([*encoded.dictionary.to_pylist(), None])
+        sizes.append(size)
+        code = pc.add(pc.multiply(code, size), encoded.indices.cast(pa.int64()).fill_null(size - 1))
+    codes = code.unique() if batch.num_rows else pa.array([], pa.int64())
+    distinct = []
+    for c in codes.to_pylist():
+        parts = []
+        for dictionary, size in zip(reversed(dictionaries), reversed(sizes), strict=True):
+            c, i = divmod(c, size)
+            parts.append(dictionary[i])
+        distinct.append(tuple(reversed(parts)))
+    positions = None if len(distinct) <= 1 else pc.index_in(code, value_set=codes)
+    return _Groups(distinct, positions, batch.num_rows)
+
+
+def _values(batch: pyarrow.RecordBatch, groups: _Groups) -> Any:
+    """The change-row values of every row of ``batch`` (a binary array): one element-wise
+    join of the groups' JSON heads (source, database, table, op: encoded once per group),
+    each other column's JSON text, and the constant labels between them. A string column
+    with no null and nothing to escape is joined as it is, its quotes part of the labels
+    around it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    heads = [
+        b"".join(label + orjson.dumps(v) for label, v in zip(_LABELS, values, strict=False))
+        for values in groups.distinct
+    ]
+    pieces: list[Any] = []
+    text = _EMPTY  # constant text not yet in ``pieces``
+    head = groups.column(heads)
+    if isinstance(head, pa.Scalar):
+        text = head.as_py()
+    else:
+        pieces.append(head)
+    for label, name in zip(_LABELS[4:], _HEAD[4:] + _IMAGES, strict=True):
+        column = batch.column(_INDEX[name])
+        string = pa.types.is_string(column.type) and name not in _IMAGES
+        if string and not column.null_count and _plain(column):
+            pieces += [text + label + _QUOTE, column.cast(pa.binary())]
+            text = _QUOTE
+            continue
+        pieces += [text + label, _json(column, name)]
+        text = _EMPTY
+    pieces += [text + _CLOSE, _EMPTY]  # the separator of the join: none
+    return pc.binary_join_element_wise(*pieces)
+
+
+def _topics(groups: _Groups, template: str) -> tuple[list[str], frozenset[str]]:
+    """The topic of each row (``template`` filled in once per group), and the distinct
+    topics."""
+    names = [
+        route(template, {"source": s, "database": d, "table": t}) for s, d, t, _ in groups.distinct
+    ]
+    return groups.rows(names), frozenset(names)
+
+
+def _covered(batch: pyarrow.RecordBatch, options: BusOptions) -> bool:
+    return options.format == "change_row" and tuple(batch.schema.names) == _NAMES
+
+
+def batch_records(batch: pyarrow.RecordBatch, options: BusOptions) -> Records | None:
+    """The messages of ``batch`` as parallel lists (module docstring), or None when a row
+    needs the row path (a DDL row, a null sequence, a tombstone to add) or the batch is
+    not change rows in the ``change_row`` format."""
+    import pyarrow as pa
+
+    if not _covered(batch, options) or batch.column(_INDEX["sequence"]).null_count:
+        return None
+    groups = _groups(batch)
+    ops = {values[3] for values in groups.distinct}
+    if "ddl" in ops or (options.tombstones and "delete" in ops):
+        return None
+    topics, names = _topics(groups, options.topic)
+    keys = batch.column(_INDEX["key"]).cast(pa.binary()).to_pylist()
+    values = _values(batch, groups).to_pylist()
+    return Records(topics, keys, values, names)
 
 
 def batch_messages(batch: pyarrow.RecordBatch, options: BusOptions) -> Iterator[BusMessage]:
     """The messages of ``batch`` (module docstring); its rows in the order given."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    if options.format != "change_row" or tuple(batch.schema.names) != _NAMES:
+    if not _covered(batch, options):
         yield from bus_messages(batch.to_pylist(), options)
         return
     col = batch.column
-    pieces: list[Any] = []
-    for label, name in zip(_LABELS, _HEAD + _IMAGES, strict=True):
-        pieces += [pa.scalar(label, pa.binary()), _json(col(_INDEX[name]), name)]
-    pieces += [_CLOSE, _EMPTY]  # the separator of the join: none
-    values = pc.binary_join_element_wise(*pieces).to_pylist()
+    groups = _groups(batch)
+    values = _values(batch, groups).to_pylist()
+    topics, _ = _topics(groups, options.topic)
     sources = col(_INDEX["source"]).to_pylist()
-    databases = col(_INDEX["database"]).to_pylist()
-    tables = col(_INDEX["table"]).to_pylist()
     ops = col(_INDEX["op"]).to_pylist()
     sequences = col(_INDEX["sequence"]).to_pylist()
     keys = col(_INDEX["key"]).cast(pa.binary()).to_pylist()
-    topic_template, tombstones = options.topic, options.tombstones
-    routes: dict[tuple[Any, Any, Any], str] = {}
+    tombstones = options.tombstones
     for i, value in enumerate(values):
         op = ops[i]
         if op == "ddl" or sequences[i] is None:
             yield from bus_messages(batch.slice(i, 1).to_pylist(), options)
             continue
-        where = (sources[i], databases[i], tables[i])
-        topic = routes.get(where)
-        if topic is None:
-            topic = routes[where] = route(
-                topic_template, {"source": where[0], "database": where[1], "table": where[2]}
-            )
-        key, source = keys[i], sources[i] or ""
+        topic, key, source = topics[i], keys[i], sources[i] or ""
         yield BusMessage(topic, key, value, source, sequences[i])
         if tombstones and op == "delete":
             yield BusMessage(topic, key, None, source, sequences[i], 1)

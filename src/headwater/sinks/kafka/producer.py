@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from headwater.errors import SinkError, TransientSinkError
-from headwater.sinks.bus.arrow import batch_messages
+from headwater.sinks.bus.arrow import batch_messages, batch_records
 from headwater.sinks.kafka.configuration import KafkaConfig
 
 if TYPE_CHECKING:
@@ -112,31 +112,70 @@ def _raise(errors: _Errors, what: str) -> None:
 
 def _send(producer: Any, config: KafkaConfig, batches: Iterator[Any]) -> int:
     """Produce the messages of ``batches`` in order; the number produced. Nothing per
-    message but the produce call: messages are built column-wise
-    (:func:`headwater.sinks.bus.arrow.batch_messages`) and delivery reports come back for
-    failures only (``delivery.report.only.error``, :func:`producer_settings`)."""
+    message but the produce call: a batch's topics, keys and values are built column-wise
+    (:func:`headwater.sinks.bus.arrow.batch_records`) and produced in a tight loop, and
+    delivery reports come back for failures only (``delivery.report.only.error``,
+    :func:`producer_settings`). A batch the column-wise path does not cover (DDL rows,
+    tombstones, other formats) goes message by message."""
     single = config.partitioning == "single"
     sent = 0
-    produce, poll = producer.produce, producer.poll
     for batch in batches:
-        messages = list(batch_messages(batch, config.bus))
-        _ensure_topics(config, {m.topic for m in messages})
-        for m in messages:
-            # -1 is librdkafka's RD_KAFKA_PARTITION_UA: the partitioner picks (by key).
-            partition = 0 if single or m.key is None else -1
-            try:
-                produce(m.topic, m.value, m.key, partition)
-            except BufferError:  # the local queue is full: let deliveries drain it
-                while True:
-                    poll(0.05)
-                    try:
-                        produce(m.topic, m.value, m.key, partition)
-                        break
-                    except BufferError:
-                        continue
-        sent += len(messages)
-        poll(0)
+        records = batch_records(batch, config.bus)
+        if records is None:
+            messages = list(batch_messages(batch, config.bus))
+            _ensure_topics(config, {m.topic for m in messages})
+            topics = [m.topic for m in messages]
+            keys = [m.key for m in messages]
+            values: Sequence[bytes | None] = [m.value for m in messages]
+        else:
+            _ensure_topics(config, set(records.names))
+            topics, keys, values = records.topics, records.keys, records.values
+        if single:
+            partitions: list[int] | None = [0] * len(keys)
+        elif None in keys:
+            partitions = [-1 if k is not None else 0 for k in keys]
+        else:
+            partitions = None  # every message keyed: the partitioner picks by key
+        sent += _produce(producer, topics, keys, values, partitions)
+        producer.poll(0)
     return sent
+
+
+def _produce(
+    producer: Any,
+    topics: Sequence[str],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    partitions: Sequence[int] | None,
+) -> int:
+    """Produce ``values`` with their ``topics`` and ``keys`` in order to ``partitions``
+    (None: librdkafka's partitioner, by key; -1 is its RD_KAFKA_PARTITION_UA, the same);
+    when the local queue is full, deliveries drain it first. The number produced."""
+    produce = producer.produce
+    if partitions is None:
+        for topic, value, key in zip(topics, values, keys, strict=True):
+            try:
+                produce(topic, value, key)
+            except BufferError:
+                _produce_when_room(producer, topic, value, key, -1)
+    else:
+        for topic, value, key, partition in zip(topics, values, keys, partitions, strict=True):
+            try:
+                produce(topic, value, key, partition)
+            except BufferError:
+                _produce_when_room(producer, topic, value, key, partition)
+    return len(values)
+
+
+def _produce_when_room(producer: Any, topic: str, value: Any, key: Any, partition: int) -> None:
+    """Produce one message once the local queue has room (``poll`` serves deliveries)."""
+    while True:
+        producer.poll(0.05)
+        try:
+            producer.produce(topic, value, key, partition)
+            return
+        except BufferError:
+            continue
 
 
 def write_partition(
