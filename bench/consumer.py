@@ -6,13 +6,19 @@ Throughput: a sandbox MariaDB logs ``rows`` inserts into ``bench.orders`` (the w
 
 * the *bare loop*: ``/v1/subscribe`` (format ``raw``) from earliest, then ``/v1/fetch``
   until every record is read, each record decoded with ``decode_record`` (what a client
-  that does everything itself must do);
-* the *SDK*: ``Consumer`` (1 process, 4 shards, client decoding, file checkpoints) with a
-  no-op handler, timed from ``start()`` until the handler has seen every row.
+  that does everything itself must do) and its changes handed to :func:`touch`;
+* the *SDK*: ``Consumer`` (1 process, 4 shards, client decoding, file checkpoints) whose
+  handler does :func:`touch` on each batch, timed from ``start()`` until the handler has
+  seen every row.
 
-Both count every row; they alternate ``--rounds`` times (default 2) and the best of each
-is kept, as the machine's load changes between runs; each round's rates, ratio and CPU
-seconds of this process (the server's are the same for both) go to stderr.
+The same reader, format and rows on both sides, and the same work per row in the handler
+(read ``sequence``, ``key`` and ``after``: the SDK builds its rows' dicts when they are
+first read, so a handler that reads nothing would flatter it). They alternate
+``--rounds`` times (default 2); each round's rates, ratio and CPU seconds of this process
+(the server's are the same for both) go to stderr. The best rate of each side makes the
+last line, as the machine's load changes between runs; the median of the rounds' ratios
+and the median CPU seconds per 100000 rows of each side come before it (CPU is what the
+load moves least).
 
 Recovery: a standalone ZooKeeper (Debian's package, as the tests start it), two member
 processes of one group (4 shards, the default session timeout, ``ZkStore``) whose handler
@@ -23,6 +29,9 @@ batch of one of those shards is printed. Last lines::
     sigkill_to_resume_s=<seconds>
     sdk_rows_per_s=<n>
     raw_fetch_rows_per_s=<n>
+    sdk_cpu_s_per_100k=<seconds>
+    raw_fetch_cpu_s_per_100k=<seconds>
+    sdk_vs_raw_fetch_median=<ratio>
     sdk_vs_raw_fetch=<ratio>
 
 ``--member URL ZK GROUP`` runs one member (used by the recovery part).
@@ -33,18 +42,21 @@ from __future__ import annotations
 import argparse
 import http.client
 import multiprocessing
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from fetch import records, workload  # bench/fetch.py: the same workload and records
-from headwater.changes import decode_record
+from headwater.changes import ChangeRow, decode_record
 from headwater.client import Batch, Consumer, ConsumerOptions, FileStore, ZkStore
 from headwater.client.transport import record_of
 from headwater.sandbox import MariadbSandbox
@@ -69,8 +81,19 @@ def serve(directory: str, fde: Any, conn: Any) -> None:
     log.close()
 
 
+def touch(changes: Sequence[ChangeRow]) -> int:
+    """The handler's work on either side: read each change's sequence, key and after
+    image (what a handler that writes changes somewhere reads); the changes touched."""
+    n = 0
+    for c in changes:
+        if c.sequence >= 0 and c.key is not None and c.after is not None:
+            n += 1
+    return n
+
+
 def bare_loop(url: str, fde: Any, n_rows: int) -> float:
-    """Rows/s of subscribe + fetch (raw) + decode_record with one connection."""
+    """Rows/s of subscribe + fetch (raw) + decode_record with one connection, each
+    record's changes handed to :func:`touch`."""
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     began = time.perf_counter()
@@ -82,7 +105,7 @@ def bare_loop(url: str, fde: Any, n_rows: int) -> float:
         conn.request("POST", "/v1/fetch", orjson.dumps(body))
         page = orjson.loads(conn.getresponse().read())
         for doc in page["records"]:
-            rows += sum(1 for _ in decode_record(record_of(doc), source="bench", fde=fde))
+            rows += touch(decode_record(record_of(doc), source="bench", fde=fde))
         token = page["checkpoint"]
     elapsed = time.perf_counter() - began
     conn.close()
@@ -91,14 +114,16 @@ def bare_loop(url: str, fde: Any, n_rows: int) -> float:
 
 
 def sdk(url: str, n_rows: int, directory: str) -> float:
-    """Rows/s delivered by the SDK to a no-op handler (4 shards, one process)."""
+    """Rows/s delivered by the SDK (4 shards, one process) to a handler that does
+    :func:`touch`."""
     seen = [0]
     lock = threading.Lock()
     done = threading.Event()
 
     def handle(batch: Batch) -> None:
+        n = touch(batch.changes)
         with lock:
-            seen[0] += len(batch.changes)
+            seen[0] += n
             if seen[0] >= n_rows:
                 done.set()
 
@@ -146,12 +171,15 @@ def recovery(url: str) -> float:
             lines: list[list[tuple[float, int]]] = [[], []]
 
             def pump(i: int) -> None:
-                for line in procs[i].stdout:  # type: ignore[union-attr]
-                    words = line.split()
-                    if len(words) == 3 and words[0] == "batch":
-                        lines[i].append((float(words[1]), int(words[2])))
-                    else:
-                        print(f"member {i}: {line.rstrip()}", file=sys.stderr)
+                try:
+                    for line in procs[i].stdout:  # type: ignore[union-attr]
+                        words = line.split()
+                        if len(words) == 3 and words[0] == "batch":
+                            lines[i].append((float(words[1]), int(words[2])))
+                        else:
+                            print(f"member {i}: {line.rstrip()}", file=sys.stderr)
+                except ValueError:  # the pipe was closed at the end: nothing more to read
+                    return
 
             for i in range(2):
                 threading.Thread(target=pump, args=(i,), daemon=True).start()
@@ -220,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             url = here.recv()
             # alternated, best of each: the machine is shared, its load changes
             raw = with_sdk = 0.0
+            ratios: list[float] = []
+            cpus: tuple[list[float], list[float]] = ([], [])
             for attempt in range(args.rounds):
                 cpu = time.process_time()
                 raw_now = bare_loop(url, fde, n_rows)
@@ -227,11 +257,15 @@ def main(argv: list[str] | None = None) -> int:
                 sdk_now = sdk(url, n_rows, f"{tmp}/checkpoints-{attempt}")
                 cpu_sdk = time.process_time() - cpu
                 raw, with_sdk = max(raw, raw_now), max(with_sdk, sdk_now)
+                ratios.append(sdk_now / raw_now)
+                cpus[0].append(cpu_sdk * 100_000 / n_rows)
+                cpus[1].append(cpu_raw * 100_000 / n_rows)
                 # this process's CPU seconds (the server runs in its own): what the SDK
                 # costs beyond the bare loop whatever the machine's load
                 print(f"round {attempt}: bare loop {raw_now:,.0f} rows/s ({cpu_raw:.2f} s "
                       f"CPU), SDK {sdk_now:,.0f} rows/s ({cpu_sdk:.2f} s CPU), ratio "
-                      f"{sdk_now / raw_now:.2f}", file=sys.stderr)  # fmt: skip
+                      f"{sdk_now / raw_now:.2f}, load {os.getloadavg()[0]:.1f}",
+                      file=sys.stderr)  # fmt: skip
             resume = recovery(url)
         finally:
             here.send("stop")
@@ -242,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sigkill_to_resume_s={resume:.2f}")
     print(f"sdk_rows_per_s={with_sdk:.0f}")
     print(f"raw_fetch_rows_per_s={raw:.0f}")
+    print(f"sdk_cpu_s_per_100k={statistics.median(cpus[0]):.2f}")
+    print(f"raw_fetch_cpu_s_per_100k={statistics.median(cpus[1]):.2f}")
+    print(f"sdk_vs_raw_fetch_median={statistics.median(ratios):.2f}")
     print(f"sdk_vs_raw_fetch={with_sdk / raw:.2f}")
     return 0
 

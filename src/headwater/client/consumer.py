@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +44,7 @@ from headwater.changes.sequence import ROW_BITS, sequence_of
 from headwater.client.decoded import answer_of
 from headwater.client.hashing import ShardHasher
 from headwater.client.rawfeed import RawFeed
+from headwater.client.runs import Changes, Run, RunQueue
 from headwater.client.transport import Readers
 from headwater.coordination import FencedError
 from headwater.coordination.checkpoints import CheckpointStore, GroupState
@@ -100,10 +100,13 @@ class ConsumerOptions:
 class Batch:
     """Changes of one shard in log order, handed to the handler.
 
-    Returning from the handler acks the batch unless it called :meth:`ack` or
-    :meth:`rollback`; raising rolls it back (redelivered after a back-off)."""
+    ``changes`` is a sequence of :class:`~headwater.changes.ChangeRow`
+    (:class:`~headwater.client.runs.Changes`): iterating it makes each change as the loop
+    reaches it; indexing or ``changes.list()`` make the list once. Returning from the
+    handler acks the batch unless it called :meth:`ack` or :meth:`rollback`; raising
+    rolls it back (redelivered after a back-off)."""
 
-    def __init__(self, consumer: Consumer, shard: Shard, changes: list[ChangeRow]) -> None:
+    def __init__(self, consumer: Consumer, shard: Shard, changes: Changes) -> None:
         self._consumer = consumer
         self._shard = shard
         self.shard = shard.number
@@ -115,7 +118,7 @@ class Batch:
     @property
     def next_sequence(self) -> int:
         """The checkpoint after this batch: the sequence after its last change."""
-        return self.changes[-1].sequence + 1
+        return self.changes.next_sequence()
 
     def ack(self) -> None:
         """The batch is handled; raises :class:`FencedError` if this process no longer owns
@@ -151,11 +154,13 @@ class Shard:
         self.number = number
         self.epoch = epoch
         self.cond = threading.Condition()
-        self.queue: deque[ChangeRow] = deque()
+        self.queue = RunQueue()
         self.fed = nxt  # every change of this shard below it is queued or was handled
         self.acked = nxt
         self.saved = nxt
         self.acks = 0
+        self.due = False  # its flush_every-th ack since the last save: save it now
+        self.saved_at = time.monotonic()
         self.busy = False
         self.paused = False  # the raw feed skips it while its queue is full (feed thread only)
         self.taken = 0  # changes the worker took from the queue: progress, for the feed
@@ -164,20 +169,20 @@ class Shard:
 
     def feed(
         self,
-        changes: list[ChangeRow],
+        runs: Sequence[Run],
         upto: int,
         limit: int,
         grace: float | None = None,
         urgent: Callable[[], bool] | None = None,
     ) -> bool:
-        """Queue ``changes``; every change of this shard below ``upto`` is now queued or
-        handled. With changes to add, first wait until the queue is no longer than
+        """Queue the changes of ``runs``; every change of this shard below ``upto`` is now
+        queued or handled. With changes to add, first wait until the queue is no longer than
         ``limit``; if its worker takes nothing for ``grace`` seconds meanwhile (a stuck or
         very slow handler), or as soon as ``urgent()`` (a newly assigned shard waits for
         the feed), give up: False, nothing queued, ``fed`` unchanged."""
         with self.cond:
             seen, since = self.taken, time.monotonic()
-            while self.active and changes and len(self.queue) > limit:
+            while self.active and runs and len(self.queue) > limit:
                 if self.taken != seen:
                     seen, since = self.taken, time.monotonic()
                 left = 0.5 if grace is None else since + grace - time.monotonic()
@@ -186,9 +191,9 @@ class Shard:
                 self.cond.wait(min(left, 0.5))
             if not self.active:
                 return True
-            self.queue.extend(changes)
-            if changes:
-                self.fed = max(self.fed, changes[-1].sequence + 1)
+            self.queue.extend(runs)
+            if runs:
+                self.fed = max(self.fed, runs[-1].next_sequence())
             self.fed = max(self.fed, upto)
             self.cond.notify_all()
             return True
@@ -372,7 +377,9 @@ class Consumer:
 
     # -- workers
 
-    def _take(self, shard: Shard) -> list[ChangeRow] | None:
+    def _take(self, shard: Shard) -> Changes | None:
+        """The next batch's changes (None: the shard is no longer ours); the change
+        objects are made as the handler reads them, without the queue's lock."""
         size, wait = self.options.batch_size, self.options.max_wait
         with shard.cond:
             while shard.active and not shard.queue:
@@ -387,10 +394,10 @@ class Consumer:
                     break
                 shard.cond.wait(left)
             n = min(size, len(shard.queue))
-            out = [shard.queue.popleft() for _ in range(n)]
+            runs = shard.queue.take(n)
             shard.taken += n
             shard.cond.notify_all()
-            return out
+        return Changes(runs)
 
     def _work(self, shard: Shard) -> None:
         backoff = 0.1
@@ -401,11 +408,13 @@ class Consumer:
                     return
                 continue
             batch = Batch(self, shard, changes)
+            del changes  # the batch's changes go with it (no wait for the next _take)
             try:
                 self.handler(batch)
                 if batch.state == "open":
                     self._ack(batch)
                 backoff = 0.1
+                del batch
             except FencedError as e:
                 self._fence(shard, e)
                 return
@@ -428,6 +437,7 @@ class Consumer:
             shard.saved = max(shard.saved, batch.next_sequence)
         shard.acks += 1
         if shard.acks % self.options.flush_every == 0:
+            shard.due = True
             self._wake_flush.set()
 
     def _rollback(self, batch: Batch) -> None:
@@ -436,7 +446,7 @@ class Consumer:
         batch.state = "rolled back"
         shard = batch._shard
         with shard.cond:
-            shard.queue.extendleft(reversed(batch.changes))
+            shard.queue.push_front(batch.changes.runs())
             shard.cond.notify_all()
 
     # -- checkpoints
@@ -452,12 +462,23 @@ class Consumer:
             self._fence(shard, e)
 
     def _flush_loop(self) -> None:
+        """Save each shard at its ``flush_every``-th ack and when its last save is
+        ``flush_interval`` old (an ack of one shard does not save the others: a save can
+        cost two fsyncs)."""
+        interval = self.options.flush_interval
+        wait = interval
         while self._running.is_set():
-            self._wake_flush.wait(self.options.flush_interval)
+            self._wake_flush.wait(wait)
             self._wake_flush.clear()
             with self._lock:
                 shards = list(self._shards.values())
+            now = time.monotonic()
+            wait = interval
             for shard in shards:
+                if not shard.due and now - shard.saved_at < interval:
+                    wait = min(wait, shard.saved_at + interval - now)  # its next save
+                    continue
+                shard.due, shard.saved_at = False, now
                 try:
                     self._save(shard)
                 except Exception:
@@ -518,5 +539,6 @@ class Consumer:
                 )
             )
             rows = [r for r in answer.rows if r.sequence >= shard.fed and self._wants(r)[1]]
-            shard.feed(rows, sequence_of(answer.next_seq, answer.next_row), opts.queue_rows)
+            runs = [Run.of(rows)] if rows else []
+            shard.feed(runs, sequence_of(answer.next_seq, answer.next_row), opts.queue_rows)
             token = answer.checkpoint

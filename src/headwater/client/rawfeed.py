@@ -16,7 +16,11 @@ shape of the loop (``bench/consumer.py``): decoding dominates (about 6 µs per r
   whole page);
 * a wait for a page ends as soon as a shard is assigned (or the consumer stops), and the
   page being routed is broken off: the stream re-reads from the new shard's checkpoint
-  at once instead of after a long poll and a whole page.
+  at once instead of after a long poll and a whole page;
+* a change is queued as an index into its rows event's value tuples (a
+  :class:`~headwater.client.runs.Run` per shard and event), not as an object, and a page
+  is routed with the cyclic garbage collector paused: objects that wait in queues are
+  what the collector pays for (:mod:`headwater.client.runs`).
 
 Invariant: after :meth:`Shard.feed` of a shard with ``upto``, every change of that shard
 below ``upto`` is queued or was handled; a shard paused by flow control is left out of
@@ -28,9 +32,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from headwater.changes import ChangeRow, block_changes, decode_blocks
+from headwater.changes import block_changes, decode_blocks
 from headwater.changes.sequence import ROW_BITS, sequence_of
+from headwater.client.rows import RowBlock
+from headwater.client.runs import Run
 from headwater.client.transport import FetchAhead, Readers, record_of
+from headwater.gcpause import gc_paused
 from headwater.store import AtSeq
 
 if TYPE_CHECKING:
@@ -47,6 +54,8 @@ HANDOFF_ROWS = 1000
 #: ``max_bytes`` of the first fetch after a subscribe; each next one asks for twice as
 #: much, up to ``fetch_bytes``: decoding starts before a whole page is served.
 FIRST_BYTES = 256 << 10
+#: Above every sequence: the ``fed`` of a shard the feed does not serve.
+_NOT_OURS = 1 << 64
 
 
 class RawFeed:
@@ -98,7 +107,9 @@ class RawFeed:
             size = min(size * 2, c.options.fetch_bytes)
             fetches.ahead(token, size)  # the reader serves the next page while this one decodes
             end = sequence_of(int(nxt["seq"]), int(nxt["row"]))
-            if not self._route(answer["records"], shards, end):
+            with gc_paused():  # one young collection per page, not per 700 objects queued
+                routed = self._route(answer["records"], shards, end)
+            if not routed:
                 token = None  # broken off for a new shard: read again from the lowest
 
     def _route(self, docs: list[Any], shards: dict[int, Shard], end: int) -> bool:
@@ -114,52 +125,63 @@ class RawFeed:
         live = dict(shards)
         count, state, hasher = opts.shards, c.state, c._hash
         previous = state is not None and bool(state.previous)
-        # the per-row loop is the SDK's hot path: hashes per block, lookups hoisted
-        lists: list[list[ChangeRow] | None] = [None] * count
-        feds = [0] * count
+        # the per-row loop is the SDK's hot path: hashes per block, lookups hoisted, and
+        # per change only an index appended to its shard's run (runs.py says why)
+        lists: list[list[Run]] = [[] for _ in range(count)]
+        feds = [_NOT_OURS] * count  # a shard not served here takes no change
         for number, shard in live.items():
-            lists[number], feds[number] = [], shard.fed
+            feds[number] = shard.fed
         pending = 0
         for doc in docs:
             record = record_of(doc)
             for block in decode_blocks(record, source=source, fde=fde, schema=schema, want=want):
-                changes = block_changes(record, block, source)
+                first = sequence_of(record.seq, block.first)
                 if block.op == "ddl":
                     if not opts.ddl:
                         continue
-                    hashes = [hasher(changes[0])]
-                else:
-                    hashes = hasher.block(block)
-                for row, h in zip(changes, hashes, strict=True):
+                    change = block_changes(record, block, source)
+                    h = hasher(change[0])
                     number = h % count
-                    rows = lists[number]
-                    if rows is None or row.sequence < feds[number]:
-                        continue
-                    if previous and not state.wants(h, row.sequence):  # type: ignore[union-attr]
-                        continue
-                    rows.append(row)
-                    pending += 1
+                    if first >= feds[number] and (not previous or state.wants(h, first)):  # type: ignore[union-attr]
+                        lists[number].append(Run.of(change))
+                        pending += 1
+                    continue
+                shared = RowBlock(record, block, source)
+                ats: list[list[int] | None] = [None] * count
+                for i, h in enumerate(hasher.block(block)):
+                    number = h % count
+                    if first + i >= feds[number] and (
+                        not previous or state.wants(h, first + i)  # type: ignore[union-attr]
+                    ):
+                        at = ats[number]
+                        if at is None:
+                            at = ats[number] = []
+                            lists[number].append(Run(shared, first, block.rows, at))
+                        at.append(i)
+                        pending += 1
             if pending >= HANDOFF_ROWS:
-                self._hand(live, lists, sequence_of(record.seq + 1, 0))
+                self._hand(live, lists, feds, sequence_of(record.seq + 1, 0))
                 if c._assigned.is_set():
                     return False
                 pending = 0
-        self._hand(live, lists, end)
+        self._hand(live, lists, feds, end)
         return True
 
-    def _hand(self, live: dict[int, Shard], lists: list[list[ChangeRow] | None], upto: int) -> None:
+    def _hand(
+        self, live: dict[int, Shard], lists: list[list[Run]], feds: list[int], upto: int
+    ) -> None:
         """Queue ``lists[n]`` on each ``live`` shard ``n``, all of whose changes below
         ``upto`` are in it, and empty the lists; a shard that cannot take them (flow
-        control) is paused and leaves ``live`` (its list becomes None)."""
+        control) is paused and leaves ``live`` (its ``feds`` entry then takes no more)."""
         c = self.c
         limit, urgent = c.options.queue_rows, c._assigned.is_set
         for number, shard in list(live.items()):
-            rows = lists[number] or []
+            runs = lists[number]
             lists[number] = []
-            if not shard.feed(rows, upto, limit, PAUSE_AFTER, urgent):
+            if not shard.feed(runs, upto, limit, PAUSE_AFTER, urgent):
                 shard.paused = True
                 del live[number]
-                lists[number] = None
+                feds[number] = _NOT_OURS
 
     def _unpaused(self, shards: dict[int, Shard]) -> dict[int, Shard]:
         """The shards the raw feed serves now. The feed waits for a full queue

@@ -13,21 +13,23 @@ import base64
 import http.client
 import logging
 import threading
-import time
-import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from headwater.binlog.framing import FormatDescription
 from headwater.changes import SchemaLookup
-from headwater.errors import ConfigError, HeadwaterError, PositionNotRetainedError
+from headwater.errors import ConfigError, HeadwaterError
+from headwater.httpapi import (
+    Answer,
+    ApiConnection,
+    api_error,
+    format_description_of,
+    has_host,
+    record_of,
+    wait_started,
+)
 from headwater.position import Position
-from headwater.store import EARLIEST, LATEST, AtSeq, AtTime, Record, Start
-
-# How long a request waits for a task that is starting (503 with Retry-After).
-STARTING_WAIT_S = 30.0
+from headwater.store import EARLIEST, LATEST, AtSeq, AtTime, Start
 
 __all__ = ["FetchAhead", "Readers", "record_of", "start_request"]
 
@@ -56,76 +58,43 @@ class Readers:
         if not urls:
             raise ConfigError("no reader URL given", field="readers")
         for url in urls:
-            if not urllib.parse.urlsplit(url).hostname:
+            if not has_host(url):
                 raise ConfigError(f"no host in reader URL {url!r}", field="readers")
         self.urls = list(urls)
         self.task = task
         self._token = token
         self._timeout = timeout
         self._index = 0
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: ApiConnection | None = None
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, str]:
-        url = urllib.parse.urlsplit(self.urls[self._index])
+    def _connection(self) -> ApiConnection:
         if self._conn is None:
-            cls = (
-                http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-            )
-            self._conn = cls(url.hostname or "", url.port, timeout=self._timeout)
-        return self._conn, url.path.rstrip("/")
+            url = self.urls[self._index]
+            self._conn = ApiConnection(url, token=self._token, timeout=self._timeout)
+        return self._conn
 
-    def _exchange(
-        self, path: str, data: bytes, headers: dict[str, str]
-    ) -> tuple[http.client.HTTPResponse, bytes]:
+    def _exchange(self, path: str, body: Any) -> Answer:
         """One request, to the current reader or, if it does not answer, the next ones."""
         last: Exception | None = None
         for _attempt in range(len(self.urls) + 1):
-            conn, prefix = self._connection()
             try:
-                conn.request("POST", prefix + path, body=data, headers=headers)
-                resp = conn.getresponse()
-                payload = resp.read()
-                return resp, payload
+                return self._connection().send("POST", path, body)
             except (OSError, http.client.HTTPException) as e:
-                conn.close()
-                self._conn = None
+                self._conn = None  # closed by send
                 last = e
                 log.warning("reader %s: %r; trying the next", self.urls[self._index], e)
                 self._index = (self._index + 1) % len(self.urls)
         raise HeadwaterError(f"no reader of task {self.task} answered {path}: {last!r}")
 
     def call(self, path: str, body: Any) -> Any:
-        data = orjson.dumps(body)
-        headers = {"Content-Type": "application/json"}
-        if self._token is not None:
-            headers["Authorization"] = f"Bearer {self._token}"
-        deadline = time.monotonic() + STARTING_WAIT_S
-        while True:
-            resp, payload = self._exchange(path, data, headers)
-            # 503 with Retry-After: the task is starting (no change log yet); wait a while.
-            if resp.status != 503 or resp.getheader("Retry-After") is None:
-                break
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        if resp.status == 200:
-            if (resp.getheader("Content-Type") or "").startswith("application/x-protobuf"):
+        answer = wait_started(lambda: self._exchange(path, body))
+        if answer.status == 200:
+            if answer.content_type.startswith("application/x-protobuf"):
                 from headwater.server import pb
 
-                return pb.FetchResponse.FromString(payload)
-            return orjson.loads(payload)
-        try:
-            reason = orjson.loads(payload).get("error", "")
-        except (orjson.JSONDecodeError, AttributeError):
-            reason = payload[:200].decode("utf-8", "replace")
-        where = f"{self.urls[self._index]}{path}"
-        if resp.status == 410:
-            raise PositionNotRetainedError(f"{where}: {reason}")
-        if resp.status in (400, 404):
-            raise ConfigError(f"{where}: {reason}", field="task" if resp.status == 404 else None)
-        if resp.status == 401:
-            raise ConfigError(f"{where}: {reason or 'unauthorized'}", field="token")
-        raise HeadwaterError(f"{where}: HTTP {resp.status}: {reason}")
+                return pb.FetchResponse.FromString(answer.payload)
+            return answer.json()
+        raise api_error(answer, f"{self.urls[self._index]}{path}")
 
     def subscribe(self, start: Start, **fields: Any) -> Any:
         return self.call(
@@ -147,17 +116,7 @@ class Readers:
         from headwater.schema.history import SchemaHistory
 
         answer = self.call("/v1/decoding", {"task": self.task})
-        fde = None
-        fd = answer.get("format_description")
-        if fd is not None:
-            fde = FormatDescription(
-                int(fd["binlog_version"]),
-                str(fd["server_version"]),
-                int(fd["created"]),
-                int(fd["header_len"]),
-                base64.b64decode(fd["post_header_len"]),
-                int(fd["checksum_alg"]),
-            )
+        fde = format_description_of(answer)
         schema = None
         history = answer.get("schema_history")
         if history is not None:
@@ -255,19 +214,3 @@ class FetchAhead:
         self._pending = None
         for readers in idle:
             readers.close()
-
-
-def record_of(doc: Any) -> Record:
-    """A raw-format record of a fetch answer as a store :class:`Record`."""
-    pos = doc["position"]
-    return Record(
-        Position(pos["change_id"], pos["file"], pos["offset"], pos.get("event", 0)),
-        base64.b64decode(doc["payload"]["base64"]),
-        ts_us=doc["ts_us"],
-        gtid=doc["gtid"],
-        tables=tuple((t["name"], t["rows"]) for t in doc["tables"]),
-        schema_version=doc["schema_version"],
-        flags=doc["flags"],
-        chunk_no=doc["chunk_no"],
-        seq=doc["seq"],
-    )
