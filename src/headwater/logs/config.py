@@ -185,6 +185,8 @@ def log_changes(spark: SparkSession, config: LogSourceConfig) -> DataFrame:
 
     spark.dataSource.register(LogFilesDataSource)
     reader = spark.readStream.format("headwater_logs")
-    for key, value in config.options().items():
+    # a backlog is cut into as many chunks as the session has cores (at least)
+    options = {**config.options(), "partitions": str(spark.sparkContext.defaultParallelism)}
+    for key, value in options.items():
         reader = reader.option(key, value)
     return structure(reader.load(), config.rules, source=config.name, database=config.database)

@@ -25,12 +25,18 @@ without its newline waits). With it, a record begins at a line matching ``record
 traces stay with their message. The newest record of a file is complete when another
 record starts after it, when a newer file exists (the file was rotated), or when the file
 has not changed for ``idle_s`` and ends with a newline.
+
+Cutting (:func:`record_spans`) finds the lines with numpy (one pass in C over the bytes)
+and, for multi-line records, tests ``record_start`` at each line start in place
+(``Pattern.match(data, start, end)``, compiled with ``re.MULTILINE`` so that ``^`` matches
+at a line start; a pattern with ``\\A`` or a look-behind is tested on the line's own
+bytes instead, as those see past a line start): no per-line bytes objects, so the
+source hands Arrow the file's bytes and the records' offsets (headwater.logs.source).
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 import os
 import re
@@ -48,9 +54,12 @@ __all__ = [
     "FilesOffset",
     "LogSourceError",
     "advance",
+    "chunk_data",
     "plan_chunks",
     "read_chunk",
+    "record_spans",
     "records_of",
+    "texts_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,6 +68,8 @@ FP_BYTES = 256
 #: ``ums_id_`` = ordinal << OFFSET_BITS | offset
 OFFSET_BITS = 40
 _BLOCK = 1 << 16
+#: The smallest chunk a batch is cut into for parallelism (a task has a fixed cost).
+MIN_CHUNK = 1 << 20
 
 
 class LogSourceError(HeadwaterError):
@@ -139,11 +150,16 @@ def _last_start(path: str, start: int, size: int, record_start: str | None) -> i
             return start
         f.seek(start)
         data = f.read(size - start)
-    pattern = re.compile(record_start.encode())
-    starts = [m.end() for m in re.finditer(b"\n", data)]
-    for s in reversed(starts):
-        if s < len(data) and pattern.match(data, s):
-            return start + s
+    test = _start_test(record_start)
+    # backwards over the line starts after ``start``: the last record start is near the end
+    nl = data.rfind(b"\n")
+    while nl >= 0:
+        line = nl + 1
+        if line < len(data):
+            end = data.find(b"\n", line)
+            if test(data, line, len(data) if end < 0 else end):
+                return start + line
+        nl = data.rfind(b"\n", 0, nl)
     return start
 
 
@@ -210,14 +226,25 @@ def plan_chunks(
     *,
     record_start: str | None,
     chunk_bytes: int,
+    parallelism: int = 1,
 ) -> list[FileChunk]:
-    """The partitions of the batch ``(start, end]``: each file's new bytes in chunks."""
-    out = []
+    """The partitions of the batch ``(start, end]``: each file's new bytes in chunks of at
+    most ``chunk_bytes``; a backlog is cut into a multiple of ``parallelism`` chunks of
+    equal size (at least :data:`MIN_CHUNK`), so every core has the same work."""
+    ranges = []
     for key, e in sorted(end.files.items(), key=lambda kv: kv[1]["n"]):
         s = start.files.get(key)
         first = s["off"] if s is not None and s["n"] == e["n"] else 0
-        for lo in range(first, e["off"], chunk_bytes):
-            hi = min(lo + chunk_bytes, e["off"])
+        if e["off"] > first:
+            ranges.append((key, e, first))
+    total = sum(e["off"] - first for _, e, first in ranges)
+    pieces = max(parallelism, -(-total // chunk_bytes))
+    pieces = -(-pieces // parallelism) * parallelism
+    size = min(chunk_bytes, max(MIN_CHUNK, -(-total // pieces)))
+    out = []
+    for key, e, first in ranges:
+        for lo in range(first, e["off"], size):
+            hi = min(lo + size, e["off"])
             out.append(
                 FileChunk(
                     directory,
@@ -255,70 +282,88 @@ def _open(chunk: FileChunk) -> Any:
     )
 
 
-def read_chunk(chunk: FileChunk) -> Iterator[tuple[int, bytes]]:
-    """``(offset, record bytes without the final newline)`` of the records starting in
-    ``[lo, hi)``; the last one may run past ``hi`` up to ``end``."""
+def chunk_data(chunk: FileChunk) -> tuple[bytes, int]:
+    """The bytes to cut the chunk's records from, and the file offset of the first: from
+    ``lo`` (moved to the next line start when ``lo`` is not the range's start) to ``end``."""
     with _open(chunk) as f:
         lo = chunk.lo
         if lo > chunk.first:  # align to a line start: the byte before must be a newline
             f.seek(lo - 1)
             data = f.read(chunk.end - lo + 1)
             cut = data.find(b"\n")
-            lo, data = lo + cut, data[cut + 1 :]
-        else:
-            f.seek(lo)
-            data = f.read(chunk.end - lo)
-    if chunk.record_start is None:
-        yield from _lines(data, lo, chunk.hi)
-    else:
-        yield from _records(
-            data, lo, chunk.hi, chunk.lo > chunk.first, re.compile(chunk.record_start.encode())
-        )
+            return data[cut + 1 :], lo + cut
+        f.seek(lo)
+        return f.read(chunk.end - lo), lo
+
+
+def read_chunk(chunk: FileChunk) -> Iterator[tuple[int, bytes]]:
+    """``(offset, record bytes without the final newline)`` of the records starting in
+    ``[lo, hi)``; the last one may run past ``hi`` up to ``end``."""
+    data, lo = chunk_data(chunk)
+    starts, ends = record_spans(
+        data, lo, chunk.hi, aligned_mid=chunk.lo > chunk.first, record_start=chunk.record_start
+    )
+    return texts_of(data, lo, starts, ends)
 
 
 def records_of(data: bytes, record_start: str | None) -> Iterator[tuple[int, bytes]]:
     """``(offset, record)`` of a whole file's bytes, cut as :func:`read_chunk` cuts them
     (the preview's sample); a last line without its newline counts."""
-    if record_start is None:
-        return _lines(data, 0, len(data) + 1)
-    return _records(data, 0, len(data) + 1, False, re.compile(record_start.encode()))
+    starts, ends = record_spans(
+        data, 0, len(data) + 1, aligned_mid=False, record_start=record_start
+    )
+    return texts_of(data, 0, starts, ends)
 
 
-def _lines(data: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    offsets = itertools.accumulate((len(x) + 1 for x in lines), initial=lo)
-    for off, line in zip(offsets, lines, strict=False):
-        if off >= hi:
-            break
-        yield off, line.removesuffix(b"\r")
+def texts_of(data: bytes, lo: int, starts: Any, ends: Any) -> Iterator[tuple[int, bytes]]:
+    """``(offset, text)`` of the records of :func:`record_spans` (CRs before LFs gone)."""
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        text = data[s:e]
+        if b"\r" in text:  # each line's CR before its LF goes, as the lines are cut
+            text = text.replace(b"\r\n", b"\n").removesuffix(b"\r")
+        yield lo + s, text
 
 
-def _records(
-    data: bytes, lo: int, hi: int, aligned_mid: bool, start: re.Pattern[bytes]
-) -> Iterator[tuple[int, bytes]]:
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    offsets = itertools.accumulate((len(x) + 1 for x in lines), initial=lo)
-    current: list[bytes] = []
-    current_off = -1
-    # in the middle of a range, lines before the first record start belong to the record
-    # of the chunk before: skip them
-    skipping = aligned_mid
-    for off, line in zip(offsets, lines, strict=False):
-        is_start = start.match(line) is not None
-        if skipping and not is_start:
-            continue
-        skipping = False
-        if is_start or current_off < 0:
-            if current_off >= 0:
-                yield current_off, b"\n".join(current)
-            if off >= hi:
-                return
-            current, current_off = [line.removesuffix(b"\r")], off
-        else:
-            current.append(line.removesuffix(b"\r"))
-    if current_off >= 0:
-        yield current_off, b"\n".join(current)
+def _start_test(record_start: str) -> Any:
+    """``test(data, start, end)``: does the line ``data[start:end]`` begin a record?"""
+    if "\\A" in record_start or "(?<" in record_start:
+        exact = re.compile(record_start.encode())
+        return lambda data, s, e: exact.match(data[s:e]) is not None
+    # MULTILINE: ^ matches at ``start`` (a line start) as at a line's own beginning; $
+    # before the newline at ``end`` or at ``end``, as at the line's end
+    pattern = re.compile(record_start.encode(), re.MULTILINE)
+    return lambda data, s, e: pattern.match(data, s, e) is not None
+
+
+def record_spans(
+    data: bytes, lo: int, hi: int, *, aligned_mid: bool, record_start: str | None
+) -> tuple[Any, Any]:
+    """The records of ``data`` (file bytes from offset ``lo``, a line start) that start
+    before file offset ``hi``: two int64 numpy arrays, the start of each record in
+    ``data`` and its end (the index of its final newline, or ``len(data)`` for a last
+    line without one). Records are consecutive: each starts right after the newline
+    ending the one before. ``aligned_mid``: ``data`` begins in the middle of a range, so
+    lines before its first record start belong to the record before and are skipped."""
+    import numpy as np
+
+    n = len(data)
+    newlines = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ends = newlines if data[-1] == 10 else np.append(newlines, n)
+    starts = np.concatenate(([0], newlines + 1))[: len(ends)].astype(np.int64)
+    ends = ends.astype(np.int64)
+    if record_start is not None:
+        test = _start_test(record_start)
+        first = np.fromiter(
+            (test(data, s, e) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)),
+            bool,
+            len(starts),
+        )
+        if not aligned_mid:
+            first[0] = True  # the range's first line starts a record, whatever it is
+        index = np.flatnonzero(first)
+        ends = np.append(starts[index[1:]] - 1, ends[-1]) if len(index) else index
+        starts = starts[index]
+    keep = int(np.searchsorted(starts, hi - lo, side="left"))
+    return starts[:keep], ends[:keep]

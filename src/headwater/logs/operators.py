@@ -7,11 +7,15 @@ whose test fails, an ``extract`` whose regex does not match: the next group is t
 goes to the unknown table with the reason). An empty capture is None in both engines, as
 Spark's ``regexp_extract`` cannot tell an empty match from a missing one.
 
-Every operator has two implementations that must agree (tests/unit/logs compare them on
-the same records): :meth:`Operator.apply` in plain Python (``headwater logs preview`` and
-the reference for tests) and :meth:`Operator.columns` as Spark SQL expressions, which run
-vectorized in the JVM on the executors (``regexp_extract``, ``split``,
-``get_json_object``, ``try_make_timestamp`` ...). Regular expressions are written in
+Every operator has two implementations that must agree (tests/integration/
+test_logs_spark_engine.py compares them on the same records): :meth:`Operator.apply` in
+plain Python (``headwater logs preview`` and the reference for tests) and
+:meth:`Operator.columns` as Spark SQL expressions, which run in the JVM on the executors
+(``regexp_extract``, ``split``, ``get_json_object``, ``try_make_timestamp`` ...). The
+Spark side is a :class:`SparkStep`: expressions over the input fields, the condition
+that rejects, and which outputs fail when null; an expression several outputs use is
+given to ``share`` (:data:`Share`), which the plan computes once per record before the
+step (headwater.logs.plan). Regular expressions are written in
 Python syntax with ``(?P<name>...)`` groups; the Spark side strips the names and extracts
 by group number (Java's named groups allow no ``_``), so only the syntax common to Python's
 ``re`` and ``java.util.regex`` may be used (docs/logs.md, "Regular expressions").
@@ -26,6 +30,7 @@ import datetime as dt
 import json
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,13 +50,19 @@ __all__ = [
     "Rename",
     "Replace",
     "Select",
+    "Share",
+    "SparkStep",
     "Split",
     "Timestamp",
     "Trim",
     "java_regex",
+    "timestamp_layout",
 ]
 
 Fields = dict[str, Any]
+#: ``share(expression)``: a column computed once per record before the step, for an
+#: expression several outputs of the step use (Spark would evaluate it once per use).
+Share = Callable[["Column"], "Column"]
 
 #: Types a ``cast`` may produce; the value is the check its text must pass (both engines).
 CAST_TYPES: dict[str, str] = {
@@ -62,6 +73,7 @@ CAST_TYPES: dict[str, str] = {
     "string": "",
 }
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
+_NUL = "\x00"
 # Whitespace both engines agree on (Python's \s also matches Unicode spaces, Java's not).
 _WS = "[ \\t\\r\\n\\f\\x0b]"
 
@@ -87,14 +99,25 @@ def _empty_none(value: str | None) -> str | None:
 def _spark_empty_none(col: Column) -> Column:
     from pyspark.sql import functions as F
 
-    return F.when(col == F.lit(""), F.lit(None)).otherwise(col)
+    return F.nullif(col, F.lit(""))  # evaluates ``col`` once (a CASE WHEN used it twice)
+
+
+@dataclass(frozen=True, slots=True)
+class SparkStep:
+    """An operator as Spark expressions: ``fields`` after it (expressions over the fields
+    before it; an unchanged field is the same Column object), ``reject`` the condition
+    (never null) under which the record leaves the group, and ``fail``: ``(input, output,
+    reason)``, the record fails when field ``input`` was not null before the step and
+    field ``output`` is null after it (a conversion that did not work); reasons are the
+    ones :meth:`Operator.apply` raises."""
+
+    fields: dict[str, Column]
+    reject: Column | None = None
+    fail: tuple[tuple[str, str, str], ...] = ()
 
 
 class Operator(ABC):
-    """One step. ``apply`` works on a dict; ``columns`` on a dict of Spark columns and
-    returns ``(fields, reject, fail)``: the condition (or None) under which the record is
-    rejected at this step, and the ``(condition, reason)`` pairs (or None) under which it
-    fails; reasons are the ones :meth:`apply` raises."""
+    """One step. ``apply`` works on a dict; ``columns`` on a dict of Spark columns."""
 
     kind = ""
 
@@ -102,7 +125,7 @@ class Operator(ABC):
     def apply(self, fields: Fields) -> Fields: ...
 
     @abstractmethod
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]: ...
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep: ...
 
 
 def _get(fields: Fields, name: str) -> Any:
@@ -141,7 +164,7 @@ class Filter(Operator):
             raise Rejected
         return fields
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         from pyspark.sql import functions as F
 
         value = _col(fields, self.field)
@@ -152,7 +175,7 @@ class Filter(Operator):
         else:
             test = value.isin(list(self.one_of))
         test = F.coalesce(test, F.lit(False))
-        return fields, (test if self.negate else ~test), None
+        return SparkStep(fields, test if self.negate else ~test)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,15 +196,29 @@ class Extract(Operator):
             out[name] = _empty_none(m.group(name))
         return out
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         from pyspark.sql import functions as F
 
         value = _col(fields, self.field)
         pattern = java_regex(self.regex)
+        groups = re.compile(self.regex).groupindex
+        # One regex evaluation for the test and every group (regexp_extract would run the
+        # regex once per group): the whole text is replaced by a NUL before each group;
+        # it starts with a NUL if and only if the regex matched. The lazy prefix makes
+        # the match the leftmost one, as a search finds it; the rest is consumed so the
+        # text is replaced once. A text holding a NUL of its own (it could not be told
+        # from a separator) takes a test and one evaluation per group instead.
+        plain = ~value.contains(_NUL)
+        whole = f"^(?s:.*?)(?:{pattern})(?s:.*)$"
+        refs = _NUL.join(f"${index}" for index in groups.values())
+        joined = share(F.when(plain, F.regexp_replace(value, whole, _NUL + refs)))
+        parts = share(F.split(joined, "\\x00"))
         out = dict(fields)
-        for name, index in re.compile(self.regex).groupindex.items():
-            out[name] = _spark_empty_none(F.regexp_extract(value, pattern, index))
-        return out, ~F.coalesce(value.rlike(pattern), F.lit(False)), None
+        for k, (name, index) in enumerate(groups.items()):
+            slow = F.regexp_extract(value, pattern, index)
+            out[name] = _spark_empty_none(F.when(plain, F.get(parts, k + 1)).otherwise(slow))
+        matched = F.when(plain, joined.startswith(_NUL)).otherwise(value.rlike(pattern))
+        return SparkStep(out, ~F.coalesce(matched, F.lit(False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,14 +239,14 @@ class Split(Operator):
             out[name] = _empty_none(parts[i]) if i < len(parts) else None
         return out
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         from pyspark.sql import functions as F
 
-        parts = F.split(_col(fields, self.field), re.escape(self.separator), len(self.into))
+        parts = share(F.split(_col(fields, self.field), re.escape(self.separator), len(self.into)))
         out = dict(fields)
         for i, name in enumerate(self.into):
             out[name] = _spark_empty_none(F.get(parts, i))
-        return out, None, None
+        return SparkStep(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,14 +274,14 @@ class KeyValue(Operator):
             out[key] = None if m is None else _empty_none(m.group(1))
         return out
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         from pyspark.sql import functions as F
 
         value = _col(fields, self.field)
         out = dict(fields)
         for key in self.keys:
             out[key] = _spark_empty_none(F.regexp_extract(value, self._pattern(key), 1))
-        return out, None, None
+        return SparkStep(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,14 +309,14 @@ class JsonParse(Operator):
             out[key] = None if v is None else str(v)
         return out
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         from pyspark.sql import functions as F
 
         value = _col(fields, self.field)
         out = dict(fields)
         for key in self.keys:
             out[key] = F.get_json_object(value, f"$['{key}']")
-        return out, None, None
+        return SparkStep(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +334,7 @@ class Replace(Operator):
         out[self.field] = None if value is None else re.sub(self.regex, lambda _m: self.text, value)
         return out
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         from pyspark.sql import functions as F
 
         # Java's replacement string treats \ and $ specially: escape them (literal text).
@@ -306,7 +343,7 @@ class Replace(Operator):
         out[self.field] = F.regexp_replace(
             _col(fields, self.field), java_regex(self.regex), literal
         )
-        return out, None, None
+        return SparkStep(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,13 +360,13 @@ class Trim(Operator):
             out[name] = None if v is None else re.sub(f"^{_WS}+|{_WS}+$", "", v)
         return out
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         from pyspark.sql import functions as F
 
         out = dict(fields)
         for name in self.fields:
             out[name] = F.regexp_replace(_col(fields, name), f"^{_WS}+|{_WS}+$", "")
-        return out, None, None
+        return SparkStep(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,10 +379,10 @@ class Select(Operator):
     def apply(self, fields: Fields) -> Fields:
         return {k: fields.get(k) for k in (*self.fields, "raw") if k in fields or k != "raw"}
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         out = {k: _col(fields, k) for k in self.fields}
         out["raw"] = fields["raw"]
-        return out, None, None
+        return SparkStep(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,12 +398,12 @@ class Rename(Operator):
             out[new] = out.pop(old, None)
         return out
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         out = dict(fields)
         for old, new in self.mapping:
             out[new] = _col(out, old)
             out.pop(old, None)
-        return out, None, None
+        return SparkStep(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,26 +434,21 @@ class Cast(Operator):
                 out[name] = text.lower() == "true"
         return out
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         from pyspark.sql import functions as F
 
         out = dict(fields)
         fail = []
         for name, kind in self.types:
-            if kind == "string":
-                continue
-            v = _col(fields, name)
-            ok = v.rlike(java_regex(CAST_TYPES[kind]))
-            if kind == "boolean":
-                value = F.lower(v) == F.lit("true")
-            else:
-                # try_cast: out of range gives NULL, which the check below turns into a
-                # failure as Python's range check does
-                value = F.when(ok, v.try_cast(kind))
-            bad = v.isNotNull() & (~ok | value.isNull())
+            if kind == "string" or name not in fields:
+                continue  # a field never set stays null, which converts
+            v = fields[name]
+            ok = share(v.rlike(java_regex(CAST_TYPES[kind])))
+            # try_cast: out of range gives NULL, which fails as Python's range check does
+            value = F.lower(v) == F.lit("true") if kind == "boolean" else v.try_cast(kind)
             out[name] = F.when(ok, value)
-            fail.append((bad, f"field {name} is not a {kind}"))
-        return out, None, fail
+            fail.append((name, name, f"field {name} is not a {kind}"))
+        return SparkStep(out, None, tuple(fail))
 
 
 #: Java date-time pattern letters a ``timestamp`` format may use, with what they match.
@@ -435,14 +467,26 @@ def timestamp_regex(fmt: str) -> tuple[str, tuple[str, ...]]:
     """A regex for ``fmt`` (Java pattern letters ``yyyy MM dd HH mm ss`` and ``S...`` for
     the fraction, quoted 'literals', other characters literal) and the tokens in group
     order. Raises ValueError for anything else."""
+    pattern, layout = timestamp_layout(fmt)
+    return pattern, tuple(token for token, _, _ in layout)
+
+
+def timestamp_layout(fmt: str) -> tuple[str, tuple[tuple[str, int, int], ...]]:
+    """:func:`timestamp_regex`'s regex and, per token in order, ``(token, start, width)``
+    in characters: every token and literal has a fixed width, so a text the regex matches
+    has each part at the same place."""
     out, order, i = ["^"], [], 0
+    layout: list[tuple[str, int, int]] = []
+    pos = 0
     while i < len(fmt):
         c = fmt[i]
         if c == "'":
             j = fmt.find("'", i + 1)
             if j < 0:
                 raise ValueError("unterminated quote")
-            out.append(re.escape(fmt[i + 1 : j] or "'"))
+            literal = fmt[i + 1 : j] or "'"
+            out.append(re.escape(literal))
+            pos += len(literal)
             i = j + 1
             continue
         if c.isalpha():
@@ -453,9 +497,13 @@ def timestamp_regex(fmt: str) -> tuple[str, tuple[str, ...]]:
             if c == "S" and j - i <= 9:
                 out.append(f"([0-9]{{{j - i}}})")
                 order.append("S")
+                layout.append(("S", pos, j - i))
+                pos += j - i
             elif token in _TS_TOKENS:
                 out.append(_TS_TOKENS[token])
                 order.append(token)
+                layout.append((token, pos, len(token)))
+                pos += len(token)
             else:
                 raise ValueError(
                     f"pattern {token!r} is not supported (use {' '.join(_TS_PARTS)} S)"
@@ -463,11 +511,12 @@ def timestamp_regex(fmt: str) -> tuple[str, tuple[str, ...]]:
             i = j
             continue
         out.append(re.escape(c))
+        pos += 1
         i += 1
     missing = [t for t in _TS_PARTS[:3] if t not in order]
     if missing:
         raise ValueError(f"the format needs {', '.join(missing)}")
-    return "".join(out), tuple(order)
+    return "".join(out), tuple(layout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,21 +560,25 @@ class Timestamp(Operator):
         out[self.into] = ts - dt.timedelta(minutes=self.offset_minutes)
         return out
 
-    def columns(self, fields: dict[str, Column]) -> tuple[dict[str, Column], Any, Any]:
+    def columns(self, fields: dict[str, Column], share: Share) -> SparkStep:
         from pyspark.sql import functions as F
 
         value = _col(fields, self.field)
-        pattern, order = timestamp_regex(self.format)
-        java = java_regex(pattern)
+        pattern, layout = timestamp_layout(self.format)
+        # One regex test; then every part is at a fixed place (each token has a fixed
+        # width), so a substring, not a regex per part.
+        ok = share(value.rlike(java_regex(pattern)))
+        at = {token: (start + 1, width) for token, start, width in layout}
 
         def part(token: str, default: str) -> Column:
-            if token not in order:
+            if token not in at:
                 return F.lit(default).cast("int")
-            return F.regexp_extract(value, java, order.index(token) + 1).cast("int")
+            return F.substring(value, *at[token]).cast("int")
 
         seconds = part("ss", "0").cast("decimal(16,6)")
-        if "S" in order:
-            frac = F.regexp_extract(value, java, order.index("S") + 1)
+        if "S" in at:
+            # the first 6 digits: microseconds, truncated as Python's engine does
+            frac = F.substring(value, at["S"][0], min(at["S"][1], 6))
             seconds = seconds + F.concat(F.lit("0."), frac).cast("decimal(16,6)")
         made = F.try_make_timestamp(
             part("yyyy", "1970"),
@@ -537,10 +590,10 @@ class Timestamp(Operator):
             F.lit("UTC"),
         )
         # seconds 60 is a leap second for make_timestamp; Python refuses it: refuse too
-        made = F.when(value.rlike(java) & (part("ss", "0") < 60), made)
+        made = F.when(ok & (part("ss", "0") < 60), made)
         if self.offset_minutes:
             made = made - F.make_interval(mins=F.lit(self.offset_minutes))
         out = dict(fields)
         out[self.into] = made
         reason = f"field {self.field} does not match {self.format!r}"
-        return out, None, [(value.isNotNull() & made.isNull(), reason)]
+        return SparkStep(out, None, ((self.field, self.into, reason),))

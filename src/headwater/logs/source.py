@@ -29,7 +29,15 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit
 
 from headwater.errors import ConfigError
-from headwater.logs.files import FileChunk, FilesOffset, advance, plan_chunks, read_chunk
+from headwater.logs.files import (
+    FileChunk,
+    FilesOffset,
+    advance,
+    chunk_data,
+    plan_chunks,
+    record_spans,
+    texts_of,
+)
 from headwater.logs.plan import RECORD_SCHEMA_DDL
 
 if TYPE_CHECKING:
@@ -38,6 +46,21 @@ if TYPE_CHECKING:
 __all__ = ["LogFilesDataSource", "LogFilesStreamReader", "LogOptions", "log_options"]
 
 _ARROW_ROWS = 65536
+_ARROW_BYTES = 1 << 30
+
+
+def _schema() -> pyarrow.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("file", pa.string()),
+            ("file_num", pa.int32()),
+            ("offset", pa.int64()),
+            ("raw", pa.string()),
+            ("read_us", pa.int64()),
+        ]
+    )
 
 
 class LogOptions:
@@ -59,10 +82,15 @@ class LogOptions:
         try:
             self.idle_s = int(options.get("idlems", "2000")) / 1000
             self.chunk_bytes = int(options.get("chunkbytes", str(8 << 20)))
+            self.partitions = int(options.get("partitions", "1"))
         except ValueError as e:
-            raise ConfigError(f"not an integer: {e}", field="idleMs/chunkBytes") from None
+            raise ConfigError(
+                f"not an integer: {e}", field="idleMs/chunkBytes/partitions"
+            ) from None
         if self.chunk_bytes < 1024:
             raise ConfigError("must be at least 1024", field="chunkBytes")
+        if self.partitions < 1:
+            raise ConfigError("must be at least 1", field="partitions")
 
 
 def log_options(options: dict[str, str]) -> LogOptions:
@@ -111,57 +139,64 @@ class LogFilesStreamReader(DataSourceStreamReader):
             FilesOffset.from_dict(end),
             record_start=o.record_start,
             chunk_bytes=o.chunk_bytes,
+            parallelism=o.partitions,
         )
         return [_Chunk(c) for c in chunks]
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
-        import pyarrow as pa
-
         if not isinstance(partition, _Chunk):
             return
         c = partition.chunk
-        schema = pa.schema(
-            [
-                ("file", pa.string()),
-                ("file_num", pa.int32()),
-                ("offset", pa.int64()),
-                ("raw", pa.string()),
-                ("read_us", pa.int64()),
-            ]
+        data, lo = chunk_data(c)
+        starts, ends = record_spans(
+            data, lo, c.hi, aligned_mid=c.lo > c.first, record_start=c.record_start
         )
-        offsets: list[int] = []
-        texts: list[bytes] = []
-        for off, text in read_chunk(c):
-            offsets.append(off)
-            texts.append(text)
-            if len(texts) >= _ARROW_ROWS:
-                yield _batch(schema, c, offsets, texts)
-                offsets, texts = [], []
-        if texts:
-            yield _batch(schema, c, offsets, texts)
+        i = 0
+        while i < len(starts):
+            # at most _ARROW_ROWS records and _ARROW_BYTES bytes (int32 offsets)
+            j = min(i + _ARROW_ROWS, int(starts.searchsorted(starts[i] + _ARROW_BYTES)))
+            j = max(j, i + 1)
+            yield _batch(c, data, lo, starts[i:j], ends[i:j])
+            i = j
 
     def commit(self, end: dict[str, Any]) -> None:
         FilesOffset.from_dict(end)  # a malformed offset is a bug: fail loudly
 
 
-def _batch(
-    schema: Any, c: FileChunk, offsets: list[int], texts: list[bytes]
-) -> pyarrow.RecordBatch:
+def _batch(c: FileChunk, data: bytes, lo: int, starts: Any, ends: Any) -> pyarrow.RecordBatch:
+    """The records ``data[starts[i]:ends[i]]`` as an Arrow batch. The records are
+    consecutive, each followed by its newline, so the file's bytes are the values buffer
+    as they are (no copy, no Python object per record): the offsets are the starts, each
+    value ends with its newline, which one vectorized slice removes (after the CRs of CRLF
+    line ends)."""
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    raw = pa.array(texts, pa.binary())
+    n = len(starts)
+    first, last = int(starts[0]), int(ends[-1])
+    if last < len(data):
+        values = pa.py_buffer(data).slice(first, last + 1 - first)
+    else:  # a last line without its newline (never in a chunk: they end at a newline)
+        values = pa.py_buffer(data[first:] + b"\n")
+    offsets = np.append(starts - first, last + 1 - first).astype(np.int32)
+    raw = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), values])
     try:
         text = raw.cast(pa.string())  # validates UTF-8 in C
     except pa.ArrowInvalid:  # not UTF-8: replacement characters, as Python decodes it
-        text = pa.array([t.decode("utf-8", "replace") for t in texts], pa.string())
-    n = len(texts)
+        texts = texts_of(data, lo, starts, ends)
+        text = pa.array([t.decode("utf-8", "replace") + "\n" for _, t in texts], pa.string())
+    else:
+        if data.find(b"\r", first, last + 1) >= 0:  # CRLF line ends: as Python cuts them
+            text = pc.replace_substring(text, "\r\n", "\n")
+    text = pc.utf8_slice_codeunits(text, 0, -1)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([c.name] * n, pa.string()),
-            pa.array([c.ordinal] * n, pa.int32()),
-            pa.array(offsets, pa.int64()),
+            pa.nulls(n, pa.string()).fill_null(c.name),
+            pa.array(np.full(n, c.ordinal, np.int32)),
+            pa.array(starts + lo),
             text,
-            pa.array([c.at_us] * n, pa.int64()),
+            pa.array(np.full(n, c.at_us, np.int64)),
         ],
-        schema=schema,
+        schema=_schema(),
     )
