@@ -4,13 +4,21 @@ transactions the way the reader stores them, through :func:`decode_record`."""
 from __future__ import annotations
 
 import datetime as dt
+import struct
 from decimal import Decimal
 
 import pytest
 
 from headwater.binlog.constants import EventType
 from headwater.binlog.framing import FormatDescription, iter_file_events
-from headwater.changes import decode_record, encode_events, iter_payload_events
+from headwater.binlog.tablemap import TableMap
+from headwater.changes import (
+    _TABLE_MAPS,
+    decode_blocks,
+    decode_record,
+    encode_events,
+    iter_payload_events,
+)
 from headwater.errors import BinlogFormatError
 from headwater.position import Position, binlog_file_number
 from headwater.sandbox import MariadbSandbox
@@ -150,3 +158,61 @@ def test_malformed_payload_is_a_typed_error_naming_the_record() -> None:
     record = Record(Position(0, 1, 4), good[:-3], seq=9)
     with pytest.raises(BinlogFormatError, match="record 9"):
         decode_record(record, source="s", fde=None)
+    # An event that does not decode: named by record, offset in its file and type.
+    body = (77).to_bytes(6, "little") + bytes(4)
+    header = struct.pack("<IBIIIH", 0, EventType.WRITE_ROWS_V1, 1, 19 + len(body), 600, 0)
+    record = Record(Position(0, 1, 4), encode_events([header + body]), seq=9)
+    with pytest.raises(BinlogFormatError, match="without a TABLE_MAP") as e:
+        decode_record(record, source="s", fde=None)
+    assert (e.value.source, e.value.offset, e.value.event_type) == (
+        "s record 9 at 0:1:4:0",
+        600 - 19 - len(body),
+        "WRITE_ROWS_V1",
+    )
+
+
+class _CountingSchema:
+    """A SchemaLookup that knows no table (FULL metadata names the columns) and counts how
+    often it is asked for columns."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def columns_for(self, table_map: TableMap, position: Position) -> None:
+        self.asked += 1
+
+    def primary_key_for(self, database: str, table: str, position: Position) -> None:
+        return None
+
+
+def test_records_share_parsed_table_maps_and_ask_the_schema_once_each(
+    mariadb: MariadbSandbox, db: str
+) -> None:
+    mariadb.execute(f"CREATE TABLE `{db}`.m (id INT PRIMARY KEY, v VARCHAR(20))")
+    file, start = mariadb.binlog_position()
+    for i in range(3):
+        mariadb.execute(f"INSERT INTO `{db}`.m VALUES ({i}, 'a'), ({i + 10}, NULL)")
+    # 2000 rows: MariaDB cuts the statement into several rows events of one record.
+    mariadb.execute(
+        f"INSERT INTO `{db}`.m SELECT seq, REPEAT('x', 20) FROM seq_100_to_2099", database=db
+    )
+    fde, records = _transactions(mariadb, file, start)
+    assert len(records) == 4
+    _TABLE_MAPS.clear()
+    schema = _CountingSchema()
+    blocks = [decode_blocks(r, source="s", fde=fde, schema=schema) for r in records]
+    assert [sum(len(b.rows) for b in bs) for bs in blocks] == [2, 2, 2, 2000]
+    assert len(blocks[3]) > 2  # several rows events in the last record
+    # One parsed TABLE_MAP for the four records, one schema question per record.
+    assert [len(maps) for maps in _TABLE_MAPS.values()] == [1]
+    assert schema.asked == 4
+    for record, record_blocks in zip(records, blocks, strict=True):
+        for block in record_blocks:
+            assert type(block.position) is Position
+            assert block.position == Position.parse(str(block.position))
+            assert (block.position.file_num, block.position.offset) == (
+                record.position.file_num,
+                record.position.offset,
+            )
+    last = [b.position.event_index for b in blocks[3]]
+    assert last == sorted(set(last)) and last[0] >= 2  # after the GTID and TABLE_MAP

@@ -8,10 +8,12 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from headwater.binlog.client import BinlogClient, ClientOptions
+from headwater.binlog.client import _NO_TLS, BinlogClient, ClientOptions, connect_mysql
+from headwater.binlog.events import DecodeContext, RowsEvent, parse_event
 from headwater.config import HostConfig, SourceConfig, parse_reader_config
 from headwater.errors import SourceError
 from headwater.position import BinlogCoordinate
@@ -134,3 +136,61 @@ def test_required_refuses_a_server_without_tls(mariadb: MariadbSandbox, tmp_path
         _cipher(_source(tmp_path, mariadb, "{mode: required}"), mariadb.host)
     assert "required" in str(e.value)
     assert _cipher(_source(tmp_path, mariadb, "{}"), mariadb.host) is None  # preferred: plain
+
+
+def _global_status(conn: Any, name: str) -> int:
+    with conn.cursor() as cur:
+        cur.execute(f"SHOW GLOBAL STATUS LIKE '{name}'")
+        return int(cur.fetchone()[1])
+
+
+def _session_tls(conn: Any) -> str:
+    with conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Ssl_version'")
+        return str(cur.fetchone()[1])
+
+
+def test_preferred_mode_encrypts_when_offered_and_falls_back_to_plain_text(
+    secure: MariadbSandbox, mariadb: MariadbSandbox, db: str
+) -> None:
+    # preferred passes PyMySQL a shared context without CAs, which PyMySQL takes as
+    # "TLS required": against a server without TLS that is error 2026, then plain text,
+    # and the server is remembered as such (one aborted connect, not one per connection).
+    _NO_TLS.clear()
+    for server, database, offers_tls in ((secure, "d", True), (mariadb, db, False)):
+        server.execute(
+            f"CREATE DATABASE IF NOT EXISTS `{database}`",
+            f"CREATE TABLE `{database}`.pref (id INT PRIMARY KEY, v VARCHAR(8))",
+        )
+        file, offset = server.binlog_position()
+        server.execute(f"INSERT INTO `{database}`.pref VALUES (7, 'seven')")
+        watcher = server.connect()  # opened first: its own handshake is not counted below
+        try:
+            accepted = _global_status(watcher, "Ssl_accepts")
+            aborted = _global_status(watcher, "Aborted_connects")
+            options = ClientOptions(
+                host=server.host,
+                port=server.port,
+                user="root",
+                server_id=9103,
+                start=BinlogCoordinate(file, offset),
+                blocking=False,
+            )
+            ctx = DecodeContext()
+            with BinlogClient(options) as client:
+                events = [parse_event(e.raw, ctx) for e in client.events()]
+            rows = [e.rows for e in events if isinstance(e, RowsEvent)]
+            assert rows == [[(7, "seven")]]
+            for _ in range(2):
+                conn = connect_mysql(None, host=server.host, port=server.port, user="root")
+                try:
+                    assert bool(_session_tls(conn)) is offers_tls
+                finally:
+                    conn.close()
+            # Three connections: all TLS handshakes the server accepted, or plain text
+            # after one attempt the server counted as aborted.
+            assert _global_status(watcher, "Ssl_accepts") - accepted == 3 * offers_tls
+            assert _global_status(watcher, "Aborted_connects") - aborted == int(not offers_tls)
+            assert ((server.host, server.port, None) in _NO_TLS) is not offers_tls
+        finally:
+            watcher.close()

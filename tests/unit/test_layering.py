@@ -30,7 +30,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"snapshot", "replay"}),
     frozenset({"spark", "sinks", "verify", "sandbox", "client", "logs"}),
     frozenset({"reader"}),
-    frozenset({"server"}),
+    frozenset({"server", "httpapi"}),
     frozenset({"store", "schema", "changes", "config", "coordination"}),
     frozenset({"binlog", "configfile", "connections", "gcpause"}),
     frozenset({"_native", "position", "errors"}),

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from headwater.binlog._frozen import maker
 from headwater.binlog.codec import ColumnDef
 from headwater.binlog.constants import EVENT_HEADER, EVENT_HEADER_SIZE
 from headwater.binlog.events import DecodeContext, QueryEvent, RowsEvent, parse_event
@@ -60,6 +61,7 @@ __all__ = [
 
 _LEN = struct.Struct("<I")
 _unpack_header = EVENT_HEADER.unpack_from
+_new_tuple = tuple.__new__
 
 #: Statements in QUERY events that are transaction control, not DDL.
 _NOT_DDL = re.compile(
@@ -67,6 +69,17 @@ _NOT_DDL = re.compile(
     rb"START\s+TRANSACTION)\b",
     re.IGNORECASE | re.DOTALL,
 )
+
+#: Parsed TABLE_MAPs by body bytes, shared by the records decoded in this process (each
+#: record has its own DecodeContext, and every record of a table repeats its TABLE_MAP):
+#: one dict per (table id size, MariaDB), the two things a TABLE_MAP's parse depends on
+#: besides its bytes. Bounded by events.py (emptied at TABLE_MAP_CACHE_SIZE entries); the
+#: same TableMap object each time also lets the rows header and decoder caches hit.
+_TABLE_MAPS: dict[tuple[int, bool], dict[bytes, TableMap]] = {}
+
+#: Position(...) of an event of a record: the record's position (valid) plus an index
+#: (non-negative), so its checks cannot fail; a frozen dataclass built at plain cost.
+_event_position = maker(Position, trusted=True)
 
 TableFilter = Callable[[str, str], bool]
 #: ``(statement, default database) -> keep``: which DDL statements a reader of some
@@ -119,6 +132,11 @@ class ChangeRow:
         return f"{self.database}.{self.table}"
 
 
+#: ChangeRow(...) with every field, at the cost of a plain class: one per decoded row
+#: (headwater.binlog._frozen; 14 fields: ~3.5 us through the frozen __init__).
+_make_change_row = maker(ChangeRow)
+
+
 def encode_events(events: Iterable[bytes | memoryview]) -> bytes:
     """The payload of a record holding ``events`` (each header + body, no checksum)."""
     parts: list[bytes | memoryview] = []
@@ -129,7 +147,7 @@ def encode_events(events: Iterable[bytes | memoryview]) -> bytes:
 
 
 def iter_payload_events(
-    payload: bytes | memoryview, *, source: str = "<record>"
+    payload: bytes | memoryview, *, source: str | None = "<record>"
 ) -> Iterator[RawEvent]:
     """The events of a record payload, in order. ``offset`` is each event's offset in
     its binlog file, from its header (``log_pos - event_size``; ``None`` where the header
@@ -150,7 +168,10 @@ def iter_payload_events(
             )
         ts, type_code, server_id, event_size, log_pos, flags = _unpack_header(view, pos)
         offset = log_pos - event_size if log_pos >= event_size > 0 else None
-        yield RawEvent(offset, ts, type_code, server_id, log_pos, flags, view[pos : pos + size])
+        # tuple.__new__: the NamedTuple without its Python-level __new__ (as the framer).
+        yield _new_tuple(
+            RawEvent, (offset, ts, type_code, server_id, log_pos, flags, view[pos : pos + size])
+        )
         pos += size
 
 
@@ -247,12 +268,13 @@ def block_changes(record: Any, block: ChangeBlock, source: str) -> list[ChangeRo
         ]  # fmt: skip
     out: list[ChangeRow] = []
     key_names = block.key_names
+    make = _make_change_row
     for before, after in block.images():
         image = after if after is not None else before
         key = None if key_names is None or image is None else {k: image.get(k) for k in key_names}
         out.append(
-            ChangeRow(source, database, table, op, ts_us, position, gtid, txn_id, n,
-                      key, before, after, version)
+            make(source, database, table, op, ts_us, position, gtid, txn_id, n,
+                 key, before, after, version, None)
         )  # fmt: skip
         n += 1
     return out
@@ -268,15 +290,39 @@ def decode_blocks(
     want_ddl: DdlFilter | None = None,
 ) -> list[ChangeBlock]:
     """The change blocks of one stored record, in order (as :func:`decode_record`)."""
+    try:
+        return _decode_blocks(record, source, fde, schema, want, want_ddl)
+    except BinlogFormatError as e:
+        # Named here, not up front: the name costs a Position rendered per record.
+        raise e.located(source=f"{source} record {record.seq} at {record.position}") from None
+
+
+def _decode_blocks(
+    record: Any,
+    source: str,
+    fde: FormatDescription | None,
+    schema: SchemaLookup | None,
+    want: TableFilter | None,
+    want_ddl: DdlFilter | None,
+) -> list[ChangeBlock]:
     base: Position = record.position
-    where = f"{source} record {record.seq} at {base}"
-    ctx = DecodeContext(fde=fde, source=where)
+    shape = (6, False) if fde is None else (fde.table_id_size, fde.is_mariadb)
+    maps = _TABLE_MAPS.get(shape)
+    if maps is None:
+        maps = _TABLE_MAPS.setdefault(shape, {})
+    ctx = DecodeContext(fde=fde, table_map_cache=maps)
     if schema is not None:
-        ctx.columns = lambda table_map: schema.columns_for(table_map, base)
+        ctx.columns = _record_columns(schema, base)
+    change_id, file_num, offset, first_index = (
+        base.change_id,
+        base.file_num,
+        base.offset,
+        base.event_index,
+    )
     out: list[ChangeBlock] = []
     n = 0
     skip_ids: set[int] = set()
-    for index, raw in enumerate(iter_payload_events(record.payload, source=where)):
+    for index, raw in enumerate(iter_payload_events(record.payload, source=None)):
         type_code = raw.type_code
         if type_code in ROWS_EVENT_TYPES and skip_ids:
             table_id = rows_event_table_id(raw.body, table_id_size=ctx.table_id_size)
@@ -285,18 +331,14 @@ def decode_blocks(
         try:
             event = parse_event(raw, ctx)
         except BinlogFormatError as e:
-            raise e.located(
-                source=where, offset=raw.offset, event_type=event_type_name(type_code)
-            ) from None
+            raise e.located(offset=raw.offset, event_type=event_type_name(type_code)) from None
         if isinstance(event, TableMap):
             if want is not None and not want(event.schema, event.table):
                 skip_ids.add(event.table_id)
             else:
                 skip_ids.discard(event.table_id)
         elif isinstance(event, RowsEvent):
-            position = Position(
-                base.change_id, base.file_num, base.offset, base.event_index + index
-            )
+            position = _event_position(change_id, file_num, offset, first_index + index)
             tm = event.table_map
             columns = ctx.columns(tm) if ctx.columns is not None else None
             names = event.column_names(columns)
@@ -325,6 +367,24 @@ def decode_blocks(
             )
             n += 1
     return out
+
+
+def _record_columns(
+    schema: SchemaLookup, base: Position
+) -> Callable[[TableMap], Sequence[ColumnDef] | None]:
+    """``schema.columns_for(table_map, base)``, asked once per TableMap object of a record
+    (parse_event and decode_blocks both want them for every rows event)."""
+    known: dict[int, tuple[TableMap, Sequence[ColumnDef] | None]] = {}
+
+    def columns(table_map: TableMap) -> Sequence[ColumnDef] | None:
+        hit = known.get(id(table_map))
+        if hit is not None and hit[0] is table_map:
+            return hit[1]
+        found = schema.columns_for(table_map, base)
+        known[id(table_map)] = (table_map, found)
+        return found
+
+    return columns
 
 
 def _key_names(

@@ -49,6 +49,11 @@ class ReaderSchema:
 
     def _history(self, position: Position) -> Any:
         key = (self.server, self.task)
+        # Without the lock first: a row's lookup is a dict hit and one comparison (a
+        # copy is replaced whole, never changed, so an unlocked read sees a whole one).
+        cached = _CACHE.get(key)
+        if cached is not None and cached[1] is not None and position <= cached[1]:
+            return cached[0]
         with _LOCK:
             cached = _CACHE.get(key)
             if cached is not None and cached[1] is not None and position <= cached[1]:

@@ -102,6 +102,8 @@ class _ForEachBatch:
         self.query: StreamingQuery | None = None
         self.lock = threading.Lock()
         self.batch_end_s: float | None = None
+        #: batch id -> when every sink had committed it (the heartbeat lag of log sources)
+        self.committed: dict[int, float] = {}
 
     @property
     def newest_ts_us(self) -> int | None:
@@ -121,6 +123,9 @@ class _ForEachBatch:
                 df.unpersist()
         with self.lock:
             self.batch_end_s = time.time()
+            self.committed[batch_id] = self.batch_end_s
+            for gone in [b for b in self.committed if b < batch_id - 1000]:
+                del self.committed[gone]
 
 
 #: Spark settings of pipeline sessions (the pipeline file's ``spark.conf`` overrides them).
@@ -212,7 +217,8 @@ class PipelineRunner:
         self.query: StreamingQuery | None = None
         #: results of the re-snapshots this runner ran (signals)
         self.resnapshots: list[Any] = []
-        self.status = StatusReporter(config)  # status file, metrics, console report
+        # status file, metrics, console report
+        self.status = StatusReporter(config, commits=self.writer.committed)
 
     @property
     def spark(self) -> SparkSession:

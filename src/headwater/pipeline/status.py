@@ -25,6 +25,8 @@ The document (``STATUS_VERSION`` 1)::
      "rows_per_s": 950.0, "batch_seconds": 0.42, "lag_seconds": 0.8,
      "lag_warning_s": 60.0, "lag_over_threshold": false, "errors_total": 0,
      "last_error": null,
+     "heartbeat": {"batch_id": 11, "beats": 1, "lag_seconds": 0.9,   # log sources only
+                   "max_lag_seconds": 0.9, "sent_at": 1.7e9, "committed_at": 1.7e9},
      "tables": {"db.t": {"rows_in_total": 3000, "rows_out_total": 2950,
                          "rows_in": 80, "rows_out": 79}},      # the last batch's
      "snapshot": {"db.t": {"chunks_done": 3, "chunks_total": 8, "rows": 150000,
@@ -51,6 +53,8 @@ Metric names (``METRICS``; docs/operations.md and docs/prometheus-alerts.yml use
     headwater_pipeline_rows_per_second{pipeline}             gauge, the last batch
     headwater_pipeline_lag_seconds{pipeline}                 gauge
     headwater_pipeline_lag_warning_seconds{pipeline}         gauge (only when configured)
+    headwater_pipeline_heartbeat_lag_seconds{pipeline}       gauge (log sources with heartbeats)
+    headwater_pipeline_heartbeat_sent_timestamp_seconds{pipeline}  gauge (ditto)
     headwater_pipeline_errors_total{pipeline}                counter
     headwater_pipeline_up{pipeline}                          gauge, 1 running, 0 otherwise
     headwater_pipeline_last_report_timestamp_seconds{pipeline}  gauge
@@ -72,6 +76,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from headwater.logs.lag import heartbeat_lag
 from headwater.store._fs import atomic_write
 
 if TYPE_CHECKING:
@@ -125,6 +130,15 @@ METRICS: dict[str, tuple[str, str]] = {
         "Now minus the newest commit time written by the last micro-batch.",
     ),
     "headwater_pipeline_lag_warning_seconds": ("gauge", "The configured lag warning threshold."),
+    "headwater_pipeline_heartbeat_lag_seconds": (
+        "gauge",
+        "Log sources: the sinks' commit of the last batch with a heartbeat line minus when"
+        " its newest heartbeat was written.",
+    ),
+    "headwater_pipeline_heartbeat_sent_timestamp_seconds": (
+        "gauge",
+        "Log sources: when the newest heartbeat line committed was written (Unix time).",
+    ),
     "headwater_pipeline_errors_total": ("counter", "Failures of the streaming query."),
     "headwater_pipeline_up": ("gauge", "1 while the pipeline runs, 0 once stopped or failed."),
     "headwater_pipeline_last_report_timestamp_seconds": (
@@ -147,12 +161,15 @@ def render_metrics(doc: dict[str, Any]) -> str:
     base = f'pipeline="{_escape(name)}"'
     samples: dict[str, list[tuple[str, float]]] = {m: [] for m in METRICS}
     samples["headwater_pipeline_rows_total"] += _table_rows(base, doc)
+    beat = doc.get("heartbeat") or {}
     plain = {
         "headwater_pipeline_batches_total": doc.get("batches"),
         "headwater_pipeline_batch_seconds": doc.get("batch_seconds"),
         "headwater_pipeline_rows_per_second": doc.get("rows_per_s"),
         "headwater_pipeline_lag_seconds": doc.get("lag_seconds"),
         "headwater_pipeline_lag_warning_seconds": doc.get("lag_warning_s"),
+        "headwater_pipeline_heartbeat_lag_seconds": beat.get("lag_seconds"),
+        "headwater_pipeline_heartbeat_sent_timestamp_seconds": beat.get("sent_at"),
         "headwater_pipeline_errors_total": doc.get("errors_total", 0),
         "headwater_pipeline_up": 1 if doc.get("state") == "running" else 0,
         "headwater_pipeline_last_report_timestamp_seconds": doc.get("updated_at"),
@@ -241,6 +258,10 @@ class StatusReporter:
     _seen_batch: int = -1
     _lag_warned: bool = False
     _post_failed: bool = False
+    #: batch id -> when its sinks committed (the runner's), for the heartbeat lag
+    commits: dict[int, float] = field(default_factory=dict)
+    #: the heartbeat lag of the last batch that had heartbeats (headwater.logs.lag)
+    heartbeat: dict[str, Any] | None = None
 
     @property
     def status_path(self) -> Path:
@@ -278,6 +299,9 @@ class StatusReporter:
             self._count_tables(
                 _observed_tables(progress, OBSERVED_IN), _observed_tables(progress, None)
             )
+            beat = heartbeat_lag(progress, self.commits.get(batch))
+            if beat is not None:
+                self.heartbeat = beat.to_dict()
             duration_ms = (progress.get("durationMs") or {}).get("triggerExecution", 0)
             self._last = {
                 "batch_id": batch,
@@ -339,6 +363,7 @@ class StatusReporter:
             "lag_over_threshold": self._lag_warned,
             "errors_total": self.errors_total,
             "last_error": self.last_error,
+            "heartbeat": self.heartbeat,
             "tables": {t: dict(c) for t, c in sorted(self.tables.items())},
             "snapshot": snapshot_progress(self.config.checkpoint),
         }

@@ -22,15 +22,12 @@ import logging
 import os
 import shutil
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from headwater.binlog.framing import FormatDescription
 from headwater.errors import HeadwaterError
-from headwater.position import Position
+from headwater.httpapi import ApiConnection, format_description_of, has_host, record_of
 from headwater.store import AtSeq, ChangeLog, Record, StoreOptions
 from headwater.store._fs import atomic_write
 
@@ -46,21 +43,6 @@ class FollowError(HeadwaterError):
     def __init__(self, message: str, *, refused: bool = False) -> None:
         super().__init__(message)
         self.refused = refused
-
-
-def _record(doc: Any) -> Record:
-    pos = doc["position"]
-    return Record(
-        Position(pos["change_id"], pos["file"], pos["offset"], pos.get("event", 0)),
-        base64.b64decode(doc["payload"]["base64"]),
-        ts_us=doc["ts_us"],
-        gtid=doc["gtid"],
-        tables=tuple((t["name"], t["rows"]) for t in doc["tables"]),
-        schema_version=doc["schema_version"],
-        flags=doc["flags"],
-        chunk_no=doc["chunk_no"],
-        seq=doc["seq"],
-    )
 
 
 def same_record(a: Record, b: Record) -> bool:
@@ -82,35 +64,24 @@ class LeaderLink:
     """One keep-alive HTTP connection to the leader's API for one task."""
 
     def __init__(self, url: str, task: str, *, token: str | None = None, timeout: float = 10.0):
-        parts = urllib.parse.urlsplit(url)
-        if not parts.hostname:
+        if not has_host(url):
             raise FollowError(f"no host in the leader's URL {url!r}")
         self.url = url
         self.task = task
-        self._host, self._port = parts.hostname, parts.port
-        self._prefix = parts.path.rstrip("/")
-        self._token = token
-        self._timeout = timeout
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn = ApiConnection(url, token=token, timeout=timeout)
         self.latest_seq = 0
 
     def call(self, path: str, body: Any) -> Any:
-        headers = {"Content-Type": "application/json"}
-        if self._token is not None:
-            headers["Authorization"] = f"Bearer {self._token}"
-        if self._conn is None:
-            self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
         try:
-            self._conn.request("POST", self._prefix + path, orjson.dumps(body), headers)
-            resp = self._conn.getresponse()
-            payload = resp.read()
+            answer = self._conn.send("POST", path, body)
         except (OSError, http.client.HTTPException) as e:
-            self.close()
             refused = isinstance(e, ConnectionRefusedError)
             raise FollowError(f"leader {self.url}{path}: {e!r}", refused=refused) from None
-        if resp.status != 200:
-            raise FollowError(f"leader {self.url}{path}: HTTP {resp.status}: {payload[:200]!r}")
-        return orjson.loads(payload)
+        if answer.status != 200:
+            raise FollowError(
+                f"leader {self.url}{path}: HTTP {answer.status}: {answer.payload[:200]!r}"
+            )
+        return answer.json()
 
     def records(self, seq: int, *, max_rows: int = 2000, wait_ms: int = 500) -> list[Record]:
         """The leader's records from ``seq`` on (long-polls up to ``wait_ms``)."""
@@ -131,7 +102,7 @@ class LeaderLink:
             },
         )
         self.latest_seq = int(doc.get("latest_seq") or 0)
-        return [_record(r) for r in doc["records"]]
+        return [record_of(r) for r in doc["records"]]
 
     def end(self) -> int:
         """The leader's last acknowledged seq (0: an empty log)."""
@@ -148,22 +119,10 @@ class LeaderLink:
             path = task_dir / "schema.jsonl"
             if not path.exists() or path.read_bytes() != data:
                 atomic_write(str(path), data)
-        fd = doc.get("format_description")
-        if fd is None:
-            return None
-        return FormatDescription(
-            int(fd["binlog_version"]),
-            str(fd["server_version"]),
-            int(fd["created"]),
-            int(fd["header_len"]),
-            base64.b64decode(fd["post_header_len"]),
-            int(fd["checksum_alg"]),
-        )
+        return format_description_of(doc)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._conn.close()
 
 
 def copy_some(link: LeaderLink, store: ChangeLog, *, wait_ms: int = 500) -> int:

@@ -21,7 +21,13 @@ from typing import Any
 
 import pymysql
 
-from headwater.binlog.client import CR_SSL_CONNECTION_ERROR, BinlogClient, ClientOptions, TlsOptions
+from headwater.binlog.client import (
+    CR_SSL_CONNECTION_ERROR,
+    BinlogClient,
+    ClientOptions,
+    TlsOptions,
+    connect_mysql,
+)
 from headwater.binlog.constants import EventType
 from headwater.binlog.preflight import SourceInfo, preflight
 from headwater.config import BackoffConfig, HostConfig, SourceConfig
@@ -36,7 +42,8 @@ ER_ACCESS_DENIED = 1045
 def connect(source: SourceConfig, host: HostConfig, timeout: float = 5.0) -> Any:
     """A PyMySQL connection to ``host`` as the source's user (autocommit, UTC session)."""
     try:
-        return pymysql.connect(
+        return connect_mysql(
+            tls_options(source),
             host=host.host,
             port=host.port,
             user=source.user,
@@ -47,7 +54,6 @@ def connect(source: SourceConfig, host: HostConfig, timeout: float = 5.0) -> Any
             autocommit=True,
             charset="utf8mb4",
             init_command="SET time_zone = '+00:00'",
-            **tls_options(source).connect_args(),
         )
     except pymysql.err.MySQLError as e:
         code = e.args[0] if e.args else 0
