@@ -36,7 +36,8 @@ system-packages:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-$(STAMP): pyproject.toml setup.py src/headwater/_native/ingest.c
+$(STAMP): pyproject.toml setup.py src/headwater/_native/ingest.c src/headwater/_native/imagejson.c \
+		src/headwater/_native/rowimage.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

@@ -12,10 +12,14 @@ holds the rows: 1M rows fit). Then ``--rounds`` rounds, each into its own fresh 
 2. ``sink``: the Parquet file read back as a DataFrame goes through
    ``KafkaSink.write_batch`` (``partitioning: key``, ``delivery: at_least_once``, the
    default ``tasks: 1``): reading the file, the coalesce and sort by sequence, formatting
-   on the executor and producing are all timed, after one small warm-up batch (a running
-   pipeline's Python workers are started already). The reader and the checkpoint of a
+   on the executor and producing are all timed. The reader and the checkpoint of a
    pipeline are not in the loop: what is compared is the sink's write path against the
    bare producer.
+
+Before the rounds, one untimed round of each side goes into other topics: a running
+pipeline's JVM has compiled its hot paths and its Python workers are started (the first
+full-size batch of a fresh JVM took 2-4 times as long as the third), and the broker has
+grown its storage once for both sides.
 
 Spark has a fixed cost per micro-batch (planning, scheduling a job, starting the Python
 runner of the task): the bench measures it (a 1 000-row batch, printed as ``fixed cost``)
@@ -24,7 +28,10 @@ rate, not that fixed cost, decides the ratio; a pipeline's ``maxRowsPerTrigger``
 ``maxBytesPerTrigger`` decides the batch size in production.
 
 Each round ends when the broker has every message (the producers' flush, then the topics
-are read back and counted). Every round's figures are printed; the last line is
+are read back and counted). Every round's figures are printed, with the CPU seconds each
+side spent (plain: this process, the producer's threads included; sink: the Spark JVM, its
+Python workers and this process) and the broker's: on a shared machine the wall-clock
+rates follow the load, the CPU seconds much less. The last line is
 ``kafka_sink_vs_plain_producer=<median sink rate / median plain rate>`` (target >= 0.5).
 ``--quick``: 60 000 rows, one round.
 """
@@ -39,9 +46,44 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def _cpu_seconds() -> dict[int, tuple[int, float]]:
+    """Every process's parent and CPU seconds (user + system, its waited-for children
+    included), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
+    return out
+
+
+def cpu_split(broker_pid: int) -> tuple[float, float]:
+    """CPU seconds so far of (this process and its descendants but the broker, the
+    broker)."""
+    procs = _cpu_seconds()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in procs.items():
+        children.setdefault(parent, []).append(pid)
+    ours, stack = 0.0, [os.getpid()]
+    while stack:
+        pid = stack.pop()
+        if pid != broker_pid and pid in procs:
+            ours += procs[pid][1]
+            stack += children.get(pid, [])
+    return ours, procs.get(broker_pid, (0, 0.0))[1]
 
 
 def free_port() -> int:
@@ -131,8 +173,30 @@ def topic_total(broker: str, topics: list[str]) -> int:
     return total
 
 
-def plain_round(broker: str, path: str, tag: str) -> tuple[int, float]:
-    """One plain-producer round into topics ``<tag>.bench.t*``; (messages, seconds)."""
+@dataclass(frozen=True)
+class Round:
+    """One side's round: messages, wall seconds, CPU seconds of that side and of the
+    broker."""
+
+    messages: int
+    seconds: float
+    cpu: float
+    broker_cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    def line(self, name: str) -> str:
+        return (
+            f"{name}: {self.messages} messages in {self.seconds:.2f}s = {self.rate:,.0f}/s, "
+            f"cpu {self.cpu:.2f}s + broker {self.broker_cpu:.2f}s "
+            f"(load {os.getloadavg()[0]:.2f})"
+        )
+
+
+def plain_round(broker: str, broker_pid: int, path: str, tag: str) -> Round:
+    """One plain-producer round into topics ``<tag>.bench.t*``."""
     from confluent_kafka import Producer
 
     from headwater.sinks.bus.messages import BusOptions
@@ -147,7 +211,7 @@ def plain_round(broker: str, path: str, tag: str) -> tuple[int, float]:
     producer.produce(topics[0], b"warm", None)  # the producer id is acquired untimed (0.5 s),
     assert producer.flush(30) == 0  # as the sink's reused producer has it (kafka/producer.py)
     produce, poll = producer.produce, producer.poll
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_split(broker_pid), time.perf_counter()
     for topic, value, key in messages:
         while True:
             try:
@@ -156,14 +220,14 @@ def plain_round(broker: str, path: str, tag: str) -> tuple[int, float]:
             except BufferError:
                 poll(0.05)
     assert producer.flush(120) == 0
-    seconds = time.perf_counter() - t0
+    seconds, cpu1 = time.perf_counter() - t0, cpu_split(broker_pid)
     assert topic_total(broker, topics) == len(messages) + 1  # and the warm-up message
-    return len(messages), seconds
+    return Round(len(messages), seconds, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
 
 
-def sink_round(spark: Any, broker: str, path: str, tag: str, tables: int) -> tuple[int, float]:
+def sink_round(spark: Any, broker: str, broker_pid: int, path: str, tag: str, tables: int) -> Round:
     """One sink round (the file as a DataFrame through ``write_batch``) into topics
-    ``<tag>.bench.t*``; (messages, seconds)."""
+    ``<tag>.bench.t*``."""
     from headwater.sinks.bus.messages import BusOptions
     from headwater.sinks.kafka import KafkaConfig, KafkaSink
     from headwater.sinks.kafka.producer import _ensure_topics
@@ -172,12 +236,12 @@ def sink_round(spark: Any, broker: str, path: str, tag: str, tables: int) -> tup
     topics = [f"{tag}.bench.t{i}" for i in range(tables)]
     _ensure_topics(sink.config, set(topics))
     df = spark.read.parquet(path)
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_split(broker_pid), time.perf_counter()
     sink.write_batch(df, 1)
-    seconds = time.perf_counter() - t0
+    seconds, cpu1 = time.perf_counter() - t0, cpu_split(broker_pid)
     n = topic_total(broker, topics)
     assert n == df.count(), (n, df.count())
-    return n, seconds
+    return Round(n, seconds, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
 
 
 def main() -> None:
@@ -185,7 +249,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--tables", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     n = 60_000 if args.quick else args.rows
     rounds = 1 if args.quick else args.rounds
@@ -208,25 +272,26 @@ def main() -> None:
     try:
         path = os.path.join(work, "changes.parquet")
         write_change_rows(spark, path, n, args.tables)
-        # A pipeline runs batch after batch: warm the Python workers (Spark reuses them)
-        # with a small batch into other topics first, as a running pipeline has them.
+        print(f"rows={n} tables={args.tables} rounds={rounds} load={os.getloadavg()[0]:.2f}")
+        # A pipeline runs batch after batch: one untimed round of each side first (module
+        # docstring), into topics of their own.
+        print(plain_round(broker, proc.pid, path, "warmplain").line("warm-up plain producer"))
+        print(sink_round(spark, broker, proc.pid, path, "warmsink", args.tables).line(
+            "warm-up kafka sink    "))  # fmt: skip
         warm = KafkaSink(KafkaConfig(broker, bus=BusOptions(topic="warm.{database}.{table}")))
         small = spark.read.parquet(path).limit(1000)
         warm.write_batch(small, 0)
         t0 = time.perf_counter()
         warm.write_batch(small, 1)
         fixed_s = time.perf_counter() - t0
-        print(f"rows={n} tables={args.tables} rounds={rounds} load={os.getloadavg()[0]:.2f}")
         print(f"spark fixed cost per batch (1 000 rows through the sink): {fixed_s:.2f}s")
         for r in range(rounds):
-            count, seconds = plain_round(broker, path, f"plain{r}")
-            plain.append(count / seconds)
-            print(f"round {r} plain producer: {count} messages in {seconds:.2f}s = "
-                  f"{plain[-1]:,.0f}/s (load {os.getloadavg()[0]:.2f})")  # fmt: skip
-            count, seconds = sink_round(spark, broker, path, f"sink{r}", args.tables)
-            sink.append(count / seconds)
-            print(f"round {r} kafka sink:     {count} messages in {seconds:.2f}s = "
-                  f"{sink[-1]:,.0f}/s (load {os.getloadavg()[0]:.2f})")  # fmt: skip
+            p = plain_round(broker, proc.pid, path, f"plain{r}")
+            plain.append(p.rate)
+            print(p.line(f"round {r} plain producer"))
+            k = sink_round(spark, broker, proc.pid, path, f"sink{r}", args.tables)
+            sink.append(k.rate)
+            print(k.line(f"round {r} kafka sink    "))
     finally:
         spark.stop()
         proc.kill()

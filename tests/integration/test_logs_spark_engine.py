@@ -125,6 +125,8 @@ def _record(rng: random.Random) -> str:
         return f"{t} ERROR [w] java.lang.Error: bad\n{trace}".rstrip("\n")
     if kind == 10:
         return f"{t} {level}  [main] something else {rng.random()}"
+    if kind == 11 and rng.random() < 0.3:  # a NUL of its own: extract's slow path
+        return f"{t} INFO  [nul\x00] request path=/a/1 ms=3 bytes=4 user=\x00u\x00"
     return rng.choice(["", " ", "garbage", "2024-05-01 bad time EVENT {}", "AUDIT;x"])
 
 
@@ -178,6 +180,10 @@ def test_spark_engine_agrees_with_the_python_engine(spark: Any) -> None:
         "group csv, operator columns: field n is not a int",
     } <= reasons
     assert any(r.startswith("heartbeat: ") for r in reasons)
+    # records with a NUL (the extract operator's other path) were structured too
+    nul = [want[off] for off, raw in records if "\x00" in raw]
+    assert len(nul) > 5
+    assert {(t, row["user"], row["path"]) for t, row in nul} == {("requests", "\x00u\x00", "/a/N")}
     for r in rows:  # the change rows' other fields
         assert (r["op"], r["source"], r["database"]) == ("insert", "app", "logs")
         assert json.loads(r["key"]) == {"ums_id_": r["sequence"]}

@@ -305,3 +305,51 @@ def test_parquet_mirror_read_by_spark_and_duckdb_equals_the_source_table(
     assert [
         (*r[:4], None if r[4] is None else r[4].replace(tzinfo=dt.UTC), r[5]) for r in by_duckdb
     ] == source
+
+
+def _jobs_and_stages(spark: Any, group: str) -> tuple[int, int]:
+    tracker = spark.sparkContext.statusTracker()
+    jobs = tracker.getJobIdsForGroup(group)
+    stages = set()
+    for job in jobs:
+        info = tracker.getJobInfo(job)
+        assert info is not None
+        stages.update(info.stageIds)
+    return len(jobs), len(stages)
+
+
+def test_a_one_partition_batch_is_one_job_of_one_stage(
+    spark: Any, mariadb_target: MariadbSandbox, target: str
+) -> None:
+    from headwater.sinks.glue import _part_keys
+
+    sink = MysqlSink(
+        MysqlSinkConfig(
+            pipeline="spark",
+            connection=TargetConnection(host=mariadb_target.host, port=mariadb_target.port),
+            schema=StaticSchema((items_table("src"),)),
+            database_map=(("src", target),),
+            checkpoint_database=f"{target}_hw",
+            shards=2,
+            create_tables=True,
+        )
+    )
+    _part_keys(spark, 2)  # once per process (a job of its own)
+    base = {"name": "a", "price": "1.00", "qty": 1}
+    rows = [row("insert", i, "src", "items", after={"id": i, **base}) for i in range(1, 41)]
+    full = [{**r, "commit_ts": EPOCH + dt.timedelta(microseconds=r["ts_us"])} for r in rows]
+    local = spark.createDataFrame(full, change_schema())  # no exchange before the sink
+    sc = spark.sparkContext
+    try:
+        sc.setJobGroup("hw-one-partition", "one partition")
+        sink.write_batch(local.coalesce(1), 0)
+        sc.setJobGroup("hw-two-partitions", "two partitions")
+        sink.write_batch(local.repartition(2).coalesce(2), 0)  # a replay: nothing new
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    # Planning the shuffle decision ran no job, and no shard shuffle ran.
+    assert _jobs_and_stages(spark, "hw-one-partition") == (1, 1)
+    # Two input partitions: routed to the shards through a shuffle (a stage more).
+    assert _jobs_and_stages(spark, "hw-two-partitions")[1] >= 3
+    got = mariadb_target.query(f"SELECT COUNT(*), SUM(id) FROM `{target}`.items")
+    assert tuple(got[0]) == (40, sum(range(1, 41)))
