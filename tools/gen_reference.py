@@ -415,7 +415,9 @@ PIPELINE: tuple[Section, ...] = (
                 "1 MiB by default), `burstWaitMs` (after an idle stream, how long a burst may "
                 "take to land before its micro-batch is cut; 200 by default), `burstQuietMs` (50), "
                 "`idleAdvanceMs` (how long an end offset that only passes records the pipeline "
-                "does not read is held back; see docs/configuration.md).",
+                "does not read is held back; see docs/configuration.md), `driverApplyMaxRows` "
+                "(a micro-batch of at most this many rows is applied in the driver, without a "
+                "Spark job; 10000 by default, 0: never; docs/operations.md).",
             ),
         ),
         hidden=frozenset(
@@ -429,6 +431,7 @@ PIPELINE: tuple[Section, ...] = (
                 "burst_wait_ms",
                 "burst_quiet_ms",
                 "idle_advance_ms",
+                "direct_max_rows",
             }
         ),
     ),

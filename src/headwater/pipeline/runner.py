@@ -63,6 +63,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from headwater.pipeline.direct import DirectApply
+
 __all__ = [
     "PIPELINE_SPARK_CONF",
     "PipelineError",
@@ -97,8 +99,10 @@ class _ForEachBatch:
     sinks' own jobs, not by an extra job.
     """
 
-    def __init__(self, sinks: list[BatchSink]) -> None:
+    def __init__(self, sinks: list[BatchSink], direct: DirectApply | None = None) -> None:
         self.sinks = sinks
+        #: small batches applied in the driver (headwater.pipeline.direct), or None
+        self.direct = direct
         self.query: StreamingQuery | None = None
         self.lock = threading.Lock()
         self.batch_end_s: float | None = None
@@ -109,9 +113,27 @@ class _ForEachBatch:
     def newest_ts_us(self) -> int | None:
         """The newest commit time (µs) of the last finished batch, if any."""
         progress: Any = self.query.lastProgress if self.query is not None else None
-        return _newest(progress)
+        return _newest(self.patched(progress))
+
+    def patched(self, progress: Any) -> Any:
+        """A progress report (or a list of them) with the driver's figures of a batch it
+        applied (Spark read nothing for it)."""
+        if self.direct is None or not progress:
+            return progress
+        if isinstance(progress, list):
+            return self.direct.patch(progress)
+        return self.direct.patch([progress])[0]
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        if self.direct is None or self.direct.apply(batch_id) is None:
+            self._spark(df, batch_id)
+        with self.lock:
+            self.batch_end_s = time.time()
+            self.committed[batch_id] = self.batch_end_s
+            for gone in [b for b in self.committed if b < batch_id - 1000]:
+                del self.committed[gone]
+
+    def _spark(self, df: DataFrame, batch_id: int) -> None:
         cache = len(self.sinks) > 1
         if cache:
             df = df.persist()
@@ -121,11 +143,6 @@ class _ForEachBatch:
         finally:
             if cache:
                 df.unpersist()
-        with self.lock:
-            self.batch_end_s = time.time()
-            self.committed[batch_id] = self.batch_end_s
-            for gone in [b for b in self.committed if b < batch_id - 1000]:
-                del self.committed[gone]
 
 
 #: Spark settings of pipeline sessions (the pipeline file's ``spark.conf`` overrides them).
@@ -213,7 +230,9 @@ class PipelineRunner:
         self.sinks = [build_sink(s, config) for s in config.sinks]
         for section, sink in zip(config.sinks, self.sinks, strict=True):
             check_shippable(sink, config, section.line, section.path)
-        self.writer = _ForEachBatch(self.sinks)
+        from headwater.pipeline.direct import DirectApply
+
+        self.writer = _ForEachBatch(self.sinks, DirectApply.of(config, self.sinks))
         self.query: StreamingQuery | None = None
         #: results of the re-snapshots this runner ran (signals)
         self.resnapshots: list[Any] = []
@@ -323,7 +342,7 @@ class PipelineRunner:
                 query.awaitTermination(0.2)  # type: ignore[arg-type]  # seconds, float ok
                 if time.monotonic() - last_line >= self.config.progress_s:
                     last_batch = self._progress_line(query, out, last_batch)
-                    self.status.tick(query.recentProgress, _newest(query.lastProgress))
+                    self.status.tick(self._recent(query), self.writer.newest_ts_us)
                     last_line = time.monotonic()
                 if self.config.snapshot is not None:
                     signalled, seen_batch = _signal_batches(query, seen_batch)
@@ -348,7 +367,7 @@ class PipelineRunner:
             raise PipelineError(message) from None
         finally:
             self._progress_line(query, out, last_batch)
-            self.status.count(query.recentProgress, _newest(query.lastProgress))
+            self.status.count(self._recent(query), self.writer.newest_ts_us)
             ended = sys.exc_info()[1]  # the error leaving run(), if any
             self.status.finish(ended if isinstance(ended, Exception) else None)
         return 0
@@ -467,8 +486,11 @@ class PipelineRunner:
             query.awaitTermination(0.05)  # type: ignore[arg-type]
         query.stop()
 
+    def _recent(self, query: StreamingQuery) -> Any:
+        return self.writer.patched(query.recentProgress)
+
     def _progress_line(self, query: StreamingQuery, out: TextIO, last_batch: int) -> int:
-        p = query.lastProgress
+        p = self.writer.patched(query.lastProgress)
         if not p or p.get("batchId", -1) == last_batch:
             return last_batch
         newest = _newest(p)

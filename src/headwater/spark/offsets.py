@@ -37,6 +37,7 @@ from headwater.store import EARLIEST, LATEST, AtSeq, AtTime, Start
 __all__ = [
     "DEFAULT_BURST_QUIET_MS",
     "DEFAULT_BURST_WAIT_MS",
+    "DEFAULT_DIRECT_MAX_ROWS",
     "DEFAULT_IDLE_ADVANCE_MS",
     "DEFAULT_MIN_PARTITION_BYTES",
     "DEFAULT_PARTITIONS",
@@ -68,6 +69,12 @@ DEFAULT_BURST_QUIET_MS = 50
 #: CPU on two cores), so it is done lazily: with the next batch that has rows, or after
 #: this long, so that a checkpoint never falls far behind the log's retention.
 DEFAULT_IDLE_ADVANCE_MS = 60_000
+#: ``driverApplyMaxRows``: a pipeline micro-batch of at most this many change rows is
+#: applied in the driver without a Spark job (:mod:`headwater.pipeline.direct`); 10,000
+#: rows are about 1 MiB of records, below which the source cuts one slice anyway
+#: (``minBytesPerPartition``), so Spark would apply it in one task too. ``0``: off. The
+#: Spark source itself does not read it.
+DEFAULT_DIRECT_MAX_ROWS = 10_000
 
 _KNOWN = {
     "server",
@@ -88,6 +95,7 @@ _KNOWN = {
     "burstwaitms",
     "burstquietms",
     "idleadvancems",
+    "driverapplymaxrows",
 }
 
 
@@ -159,6 +167,7 @@ class SourceOptions:
     burst_wait_ms: int = DEFAULT_BURST_WAIT_MS
     burst_quiet_ms: int = DEFAULT_BURST_QUIET_MS
     idle_advance_ms: int = DEFAULT_IDLE_ADVANCE_MS
+    direct_max_rows: int = DEFAULT_DIRECT_MAX_ROWS
 
     @property
     def source_name(self) -> str:
@@ -415,6 +424,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         burst_wait_ms=_not_negative(opts, "burstWaitMs", DEFAULT_BURST_WAIT_MS),
         burst_quiet_ms=_positive(opts, "burstQuietMs") or DEFAULT_BURST_QUIET_MS,
         idle_advance_ms=_not_negative(opts, "idleAdvanceMs", DEFAULT_IDLE_ADVANCE_MS),
+        direct_max_rows=_not_negative(opts, "driverApplyMaxRows", DEFAULT_DIRECT_MAX_ROWS),
     )
 
 

@@ -1,0 +1,112 @@
+"""The pieces of the driver path of small micro-batches (headwater.pipeline.direct) and of
+the source's burst gate that need no server: Spark's offset log, the gate's cut of a live
+workload's commit, the ``driverApplyMaxRows`` option, and the shard hash against Spark's
+own ``xxhash64`` (a local Spark session, no database)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from headwater.errors import ConfigError
+from headwater.pipeline.direct import offset_at, spark_shard, xxhash64
+from headwater.position import Position
+from headwater.spark.offsets import DEFAULT_DIRECT_MAX_ROWS, LogOffset, parse_options
+from headwater.spark.source import BURST_RECORDS, BurstGate
+
+
+def _keys() -> list[tuple[str, str, str | None]]:
+    """Database, table and key texts of every length round the hash's 4-, 8- and
+    32-byte steps, multi-byte UTF-8, and a NULL key."""
+    rng = random.Random(17)
+    alphabet = 'abcXYZ019{}":,é€😀 '
+    out: list[tuple[str, str, str | None]] = [("", "", None), ("db", "t", None), ("db", "t", "")]
+    for n in range(80):
+        key = "".join(rng.choice(alphabet) for _ in range(n))
+        out.append((f"db{n % 3}", f"table_{n}", key))
+    out += [("shop", "orders", f'{{"id": {i}}}') for i in range(-5, 60)]
+    return out
+
+
+def test_xxhash64_is_sparks_and_shards_as_the_glue_does(spark: SparkSession) -> None:
+    keys = _keys()
+    df = spark.createDataFrame(keys, "d string, t string, k string")
+    rows = df.selectExpr(
+        "d", "t", "k", "xxhash64(d, t, k) AS h", "CAST(pmod(xxhash64(d, t, k), 2) AS INT) AS s2",
+        "CAST(pmod(xxhash64(d, t, k), 5) AS INT) AS s5",
+    ).collect()  # fmt: skip
+    assert len(rows) == len(keys)
+    for r in rows:
+        assert xxhash64(r["d"], r["t"], r["k"]) == r["h"], (r["d"], r["t"], r["k"])
+        assert spark_shard(r["d"], r["t"], r["k"], 2) == r["s2"]
+        assert spark_shard(r["d"], r["t"], r["k"], 5) == r["s5"]
+
+
+def test_xxhash64_of_known_values() -> None:
+    # Spark 4.3: SELECT xxhash64('Spark') = -4294468057691064905 (its function docs'
+    # example, seed 42); nulls leave the seed as it is.
+    assert xxhash64("Spark") == -4294468057691064905
+    assert xxhash64(None) == 42
+    assert xxhash64("a", None) == xxhash64("a")
+
+
+def _offset_file(checkpoint: Path, batch: int, doc: str, version: str = "v1") -> None:
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1795525196288,"conf":{}}'
+    (checkpoint / "offsets" / str(batch)).write_text(f"{version}\n{meta}\n{doc}")
+
+
+def test_offsets_come_from_sparks_offset_log(tmp_path: Path) -> None:
+    _offset_file(tmp_path, 3, '{"seq": 1302, "row": 0, "last_position": "0:1:1353581:0"}')
+    _offset_file(tmp_path, 4, '{"seq": 1310, "row": 7}')
+    assert offset_at(tmp_path, 3) == LogOffset(1302, 0)
+    assert offset_at(tmp_path, 3).last_position == Position(0, 1, 1353581, 0)  # type: ignore[union-attr]
+    assert offset_at(tmp_path, 4) == LogOffset(1310, 7)
+    # batch 0's start (the initial offset) is in no file; missing and foreign files
+    assert offset_at(tmp_path, -1) is None
+    assert offset_at(tmp_path, 5) is None
+    _offset_file(tmp_path, 6, '{"seq": 1}', version="v2")
+    _offset_file(tmp_path, 7, '{"partition": 3}')
+    _offset_file(tmp_path, 8, "not json")
+    assert [offset_at(tmp_path, b) for b in (6, 7, 8)] == [None, None, None]
+
+
+def test_driver_apply_option() -> None:
+    assert parse_options({"path": "/x"}).direct_max_rows == DEFAULT_DIRECT_MAX_ROWS
+    assert parse_options({"path": "/x", "driverApplyMaxRows": "0"}).direct_max_rows == 0
+    assert parse_options({"path": "/x", "DRIVERAPPLYMAXROWS": "250"}).direct_max_rows == 250
+    with pytest.raises(ConfigError) as e:
+        parse_options({"path": "/x", "driverApplyMaxRows": "-1"})
+    assert e.value.field == "driverApplyMaxRows"
+
+
+class _Log:
+    def __init__(self, ends: list[int]) -> None:
+        self.ends = ends
+        self.polls = 0
+
+    def end(self) -> int:
+        self.polls += 1
+        return self.ends[min(self.polls, len(self.ends)) - 1]
+
+
+def test_a_live_commit_after_an_idle_stream_is_cut_at_once() -> None:
+    now = [100.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    gate = BurstGate(0.2, 0.05, clock=lambda: now[0], sleep=sleep)
+    log = _Log([12, 40, 75])
+    # one commit's record after idle: no poll, no wait
+    assert gate.settle(11, log.end, begin=10) == 11
+    assert log.polls == 0 and now[0] == 100.0
+    # a catch-up that shows itself at the first look is still waited for
+    gate.nothing_new()
+    first = 10 + BURST_RECORDS
+    log = _Log([first + 100, first + 300, first + 300])
+    assert gate.settle(first, log.end, begin=10) == first + 300
+    assert log.polls == 3
