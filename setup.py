@@ -1,5 +1,5 @@
 """Build of the compiled parts of headwater (plain C API): the reader's ingest fast path,
-the Spark source's image JSON renderer and the row image decoder.
+the Spark source's image JSON renderer, the row image decoder and the replay's key pass.
 
 Everything else is in pyproject.toml; setuptools merges the two. The extension needs
 only the C compiler and the Python headers.
@@ -22,6 +22,11 @@ setup(
         Extension(
             "headwater._native._rowimage",
             sources=["src/headwater/_native/rowimage.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
+        Extension(
+            "headwater._native._lastwrite",
+            sources=["src/headwater/_native/lastwrite.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
     ]

@@ -54,6 +54,7 @@ from headwater.position import Position
 from headwater.schema.history import SchemaHistory
 from headwater.schema.model import TableDef
 from headwater.spark.asofread import PARTIAL_IMAGE, read_spec
+from headwater.spark.asofscan import ScanSpec, key_scan_kinds
 from headwater.spark.lastwrite import BASE_SEQUENCE, last_writes_batches
 from headwater.spark.logaccess import open_log
 from headwater.spark.offsets import LogOffset, parse_options
@@ -81,6 +82,7 @@ class AsOfPlan:
         at: Position,
         widths: tuple[tuple[int, int], ...] = (),
         slices: tuple[LogSlice, ...] = (),
+        definitions: tuple[TableDef, ...] = (),
     ) -> None:
         self.options = options
         self.definition = definition
@@ -94,6 +96,8 @@ class AsOfPlan:
         #: the input partitions of the read (the table's records in ``[first_seq,
         #: end_seq)``, cut as the ``headwater`` source cuts a batch)
         self.slices = slices
+        #: the table's definitions up to ``at``, in version order (``widths``' versions)
+        self.definitions = definitions
 
     @property
     def records(self) -> int:
@@ -138,6 +142,7 @@ def plan_as_of(
         definition = None
         at = Position(0, 0, 0, 0)
         widths: tuple[tuple[int, int], ...] = ()
+        definitions: tuple[TableDef, ...] = ()
         slices: tuple[LogSlice, ...] = ()
         if end > first:
             scan = scan_batch(access, parsed, LogOffset(first), end)
@@ -150,11 +155,14 @@ def plan_as_of(
             definition = history.table_at(database, name, at)
             # the table's versions (the history has no public list of them; it is read
             # here, read-only, to know how wide a full image is at each schema version)
-            widths = tuple(
-                (v.version, len(v.definition.columns))
+            # (and the key columns' types in each, for the key-first read)
+            versions = [
+                (v.version, v.definition)
                 for v in history._tables.get((database, name), [])
                 if v.definition is not None and v.position <= at
-            )
+            ]
+            widths = tuple((version, len(d.columns)) for version, d in versions)
+            definitions = tuple(d for _version, d in versions)
     finally:
         access.close()
     if definition is None:
@@ -163,7 +171,7 @@ def plan_as_of(
         raise ConfigError(
             f"{table} has no primary key at {as_of!r}: rows cannot be told apart", field="table"
         )
-    return AsOfPlan(options, definition, first, end, at, widths, slices)
+    return AsOfPlan(options, definition, first, end, at, widths, slices, definitions)
 
 
 def _refuse_past_end(as_of: str, ending: Any, last: Any, log_end: int) -> None:
@@ -244,6 +252,26 @@ def table_as_of(
             return text
         return F.coalesce(F.col(f"_v{i}"), text)
 
+    if base is None and plan.slices and key_scan_kinds(plan.definitions):
+        # The key-first read (asofscan.py): no shuffle; each part reads the whole range.
+        parts = partitions or max(1, min(len(plan.slices), spark.sparkContext.defaultParallelism))
+        scan = ScanSpec(
+            table,
+            plan.slices[0].options,
+            plan.first_seq,
+            plan.end_seq,
+            spec.columns,
+            definition.primary_key,
+            plan.widths,
+            parts,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            rows = spark.range(parts, numPartitions=parts)
+            rows = rows.mapInArrow(scan.read, scan.write_schema())
+        return rows.select(
+            *[final(i).cast(typed_of[i]).alias(c.name) for i, c in enumerate(columns)]
+        )
     with warnings.catch_warnings():
         # PySpark 4.3 warns that pandas 3 is "not fully supported" even for mapInArrow,
         # which does not use pandas (as in transforms.py).

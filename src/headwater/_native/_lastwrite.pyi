@@ -1,0 +1,33 @@
+from typing_extensions import Buffer
+
+INSERT: int
+UPDATE: int
+DELETE: int
+#: key column kinds: an integer read signed or unsigned, or text compared by its bytes
+KEY_SIGNED: int
+KEY_UNSIGNED: int
+KEY_TEXT: int
+
+class Shape:
+    """The present columns of one row image: ``widths`` (value_width per column) and
+    ``keys``: ``(position in the image, KEY_*)`` per key column, in key order."""
+
+    def __init__(self, widths: tuple[int, ...], keys: tuple[tuple[int, int], ...], /) -> None: ...
+
+class Scanner:
+    """The last write per key of the keys hashed to ``part`` of ``parts`` (lastwrite.c)."""
+
+    keys: int
+    def __init__(self, parts: int, part: int, /) -> None: ...
+    def scan(
+        self,
+        op: int,
+        first: Shape,
+        second: Shape | None,
+        buf: Buffer,
+        pos: int,
+        end: int,
+        ordinal: int,
+        /,
+    ) -> int: ...
+    def survivors(self) -> tuple[bytes, bytes]: ...

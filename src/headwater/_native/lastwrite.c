@@ -1,0 +1,537 @@
+/*
+ * headwater._native._lastwrite: the key-first pass of a replay (headwater/spark/asofscan.py).
+ *
+ * A replay's state is, per primary key, the key's last write when that write is a put
+ * (headwater/spark/lastwrite.py argues why). This module finds those last writes without
+ * building a Python object per row: it walks the row images of rows events, reads the
+ * key columns' bytes only, and keeps per key (in a hash table of its own) the sequence of
+ * its last write, whether it was a put, and where the put's after image starts in its
+ * event. The caller then decodes only the after images that survive.
+ *
+ * Row image format (MySQL sql/rpl_record.cc unpack_row; MariaDB the same): a null bitmap
+ * of one bit per present column, (present + 7) / 8 bytes, then the value of every present,
+ * non-NULL column in column order. A value has a fixed width, or a k-byte little-endian
+ * length followed by that many bytes (headwater/binlog/_columns.py value_width gives
+ * either: n >= 0 fixed, -k prefixed). WRITE_ROWS holds one after image per row,
+ * DELETE_ROWS one before image, UPDATE_ROWS a before and an after image per row
+ * (sql/log_event.cc Rows_log_event).
+ *
+ * A key is compared by value, as headwater types it (sql/field.cc Field_*::pack gives the
+ * bytes): integer columns (1, 2, 3, 4, 8 bytes, signed or unsigned) by their integer
+ * value, so an ALTER from INT to BIGINT keeps keys equal; text columns by their bytes
+ * (the caller only hands text in one charset class, whose decoding is one-to-one).
+ * Each key column contributes a tag and its value to the key's bytes: 'n' (NULL), 'i' and
+ * 8 bytes (an integer in int64 range), 'u' and 8 bytes (an unsigned above it), 's', a
+ * 4-byte length and the bytes (text); so equal values give equal bytes, whatever their
+ * column widths.
+ *
+ * Errors: a row running past `end` or a length past the buffer raises ValueError with
+ * TRUNC's text (the caller turns it into TruncatedError).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char TRUNC[] = "row image runs past the end of the event";
+
+enum { KEY_NONE = 0, KEY_SIGNED = 1, KEY_UNSIGNED = 2, KEY_TEXT = 3 };
+enum { OP_INSERT = 0, OP_UPDATE = 1, OP_DELETE = 2 };
+
+/* ---- Shape: one row image's present columns ------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;     /* present columns */
+    Py_ssize_t nb;    /* null bitmap bytes */
+    int nkeys;        /* key columns */
+    int *width;       /* per present column: fixed bytes (>= 0) or -prefix bytes */
+    int *slot;        /* per present column: its place in the key (>= 0), or -1 */
+    int *kind;        /* per key place: KEY_* */
+} Shape;
+
+static void Shape_dealloc(Shape *self) {
+    PyMem_Free(self->width);
+    PyMem_Free(self->slot);
+    PyMem_Free(self->kind);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Shape_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *widths, *keys;
+    if (!PyArg_ParseTuple(args, "O!O!:Shape", &PyTuple_Type, &widths, &PyTuple_Type, &keys))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(widths), k = PyTuple_GET_SIZE(keys);
+    if (n < 1 || k < 1 || k > 64) {
+        PyErr_SetString(PyExc_ValueError, "a shape needs columns and 1 to 64 key columns");
+        return NULL;
+    }
+    Shape *self = (Shape *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->n = n;
+    self->nb = (n + 7) / 8;
+    self->nkeys = (int)k;
+    self->width = PyMem_Calloc((size_t)n, sizeof(int));
+    self->slot = PyMem_Calloc((size_t)n, sizeof(int));
+    self->kind = PyMem_Calloc((size_t)k, sizeof(int));
+    if (!self->width || !self->slot || !self->kind) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long w = PyLong_AsLong(PyTuple_GET_ITEM(widths, i));
+        if (w == -1 && PyErr_Occurred()) goto fail;
+        if (w < -4 || w > 255) {
+            PyErr_Format(PyExc_ValueError, "column width %ld", w);
+            goto fail;
+        }
+        self->width[i] = (int)w;
+        self->slot[i] = -1;
+    }
+    /* keys: ((position in the image, KEY_*), ...) in key order */
+    for (Py_ssize_t j = 0; j < k; j++) {
+        int at, kind;
+        PyObject *item = PyTuple_GET_ITEM(keys, j);
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "ii;a key is (position, kind)", &at, &kind))
+            goto fail;
+        if (at < 0 || at >= n || self->slot[at] != -1 || kind < KEY_SIGNED || kind > KEY_TEXT) {
+            PyErr_Format(PyExc_ValueError, "key column at %d of kind %d", at, kind);
+            goto fail;
+        }
+        int w = self->width[at];
+        if ((kind == KEY_TEXT) != (w < 0) ||
+            (kind != KEY_TEXT && w != 1 && w != 2 && w != 3 && w != 4 && w != 8)) {
+            PyErr_Format(PyExc_ValueError, "key kind %d with width %d", kind, w);
+            goto fail;
+        }
+        self->slot[at] = (int)j;
+        self->kind[j] = kind;
+    }
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static PyTypeObject ShapeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "headwater._native._lastwrite.Shape",
+    .tp_basicsize = sizeof(Shape),
+    .tp_dealloc = (destructor)Shape_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Shape(widths, keys): the present columns of one row image and its key",
+    .tp_new = Shape_new,
+};
+
+/* ---- the key of one image ------------------------------------------------------------ */
+
+typedef struct {
+    uint8_t *b;
+    size_t len, cap;
+} Bytes;
+
+static int put_bytes(Bytes *o, const void *p, size_t n) {
+    if (o->len + n > o->cap) {
+        size_t cap = o->cap ? o->cap : 64;
+        while (cap < o->len + n) cap *= 2;
+        uint8_t *b = PyMem_Realloc(o->b, cap);
+        if (b == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        o->b = b;
+        o->cap = cap;
+    }
+    memcpy(o->b + o->len, p, n);
+    o->len += n;
+    return 0;
+}
+
+static inline uint64_t le_n(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+typedef struct {
+    const uint8_t *p;
+    uint32_t len;
+    int null;
+} Val;
+
+/* Walks one image at *pos (bounded by len); fills vals[slot] for the key columns and
+ * advances *pos. Returns 0, or -1 with ValueError(TRUNC) set. */
+static int walk(const Shape *s, const uint8_t *buf, Py_ssize_t len, Py_ssize_t *pos, Val *vals) {
+    Py_ssize_t p = *pos;
+    if (p + s->nb > len) goto trunc;
+    const uint8_t *nulls = buf + p;
+    p += s->nb;
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        int slot = s->slot[i];
+        if (nulls[i >> 3] >> (i & 7) & 1) {
+            if (slot >= 0) vals[slot].null = 1;
+            continue;
+        }
+        int w = s->width[i];
+        Py_ssize_t vlen;
+        if (w >= 0) {
+            vlen = w;
+        } else {
+            if (p + -w > len) goto trunc;
+            vlen = (Py_ssize_t)le_n(buf + p, -w);
+            p += -w;
+        }
+        if (vlen > len - p) goto trunc;
+        if (slot >= 0) {
+            vals[slot].p = buf + p;
+            vals[slot].len = (uint32_t)vlen;
+            vals[slot].null = 0;
+        }
+        p += vlen;
+    }
+    *pos = p;
+    return 0;
+trunc:
+    PyErr_SetString(PyExc_ValueError, TRUNC);
+    return -1;
+}
+
+static int key_bytes(const Shape *s, const Val *vals, Bytes *out) {
+    out->len = 0;
+    for (int j = 0; j < s->nkeys; j++) {
+        const Val *v = &vals[j];
+        uint8_t tag;
+        if (v->null) {
+            tag = 'n';
+            if (put_bytes(out, &tag, 1) < 0) return -1;
+            continue;
+        }
+        if (s->kind[j] == KEY_TEXT) {
+            uint8_t head[5] = {'s', (uint8_t)v->len, (uint8_t)(v->len >> 8),
+                               (uint8_t)(v->len >> 16), (uint8_t)(v->len >> 24)};
+            if (put_bytes(out, head, 5) < 0 || put_bytes(out, v->p, v->len) < 0) return -1;
+            continue;
+        }
+        int n = (int)v->len;
+        uint64_t u = le_n(v->p, n);
+        if (s->kind[j] == KEY_SIGNED && n < 8 && (u >> (8 * n - 1) & 1))
+            u |= ~(uint64_t)0 << (8 * n); /* sign extension */
+        tag = (s->kind[j] == KEY_UNSIGNED && u > (uint64_t)INT64_MAX) ? 'u' : 'i';
+        uint8_t word[9] = {tag};
+        for (int b = 0; b < 8; b++) word[1 + b] = (uint8_t)(u >> (8 * b));
+        if (put_bytes(out, word, 9) < 0) return -1;
+    }
+    return 0;
+}
+
+/* ---- Scanner: the last write per key of one hash part -------------------------------- */
+
+typedef struct {
+    uint64_t hash;     /* 0: empty */
+    uint8_t *key;      /* in the arena */
+    uint32_t keylen;
+    uint8_t present;
+    int64_t seq;
+    int64_t offset;    /* a put's after image start in its event */
+} Entry;
+
+typedef struct Chunk {
+    struct Chunk *next;
+    size_t used, cap;
+    uint8_t data[];
+} Chunk;
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t parts, part;
+    Entry *table;
+    size_t cap, used;    /* cap: a power of two */
+    Chunk *arena;
+    Bytes kb, ka;        /* scratch keys */
+    Val *vb, *va;        /* scratch values, 64 each */
+} Scanner;
+
+static void Scanner_dealloc(Scanner *self) {
+    PyMem_Free(self->table);
+    Chunk *c = self->arena;
+    while (c) {
+        Chunk *next = c->next;
+        PyMem_Free(c);
+        c = next;
+    }
+    PyMem_Free(self->kb.b);
+    PyMem_Free(self->ka.b);
+    PyMem_Free(self->vb);
+    PyMem_Free(self->va);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    unsigned long long parts, part;
+    if (!PyArg_ParseTuple(args, "KK:Scanner", &parts, &part)) return NULL;
+    if (parts < 1 || part >= parts) {
+        PyErr_SetString(PyExc_ValueError, "part must be in [0, parts)");
+        return NULL;
+    }
+    Scanner *self = (Scanner *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->parts = parts;
+    self->part = part;
+    self->cap = 1024;
+    self->table = PyMem_Calloc(self->cap, sizeof(Entry));
+    self->vb = PyMem_Calloc(64, sizeof(Val));
+    self->va = PyMem_Calloc(64, sizeof(Val));
+    if (!self->table || !self->vb || !self->va) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+/* FNV-1a, then a finalizer (murmur3 fmix64) so that parts split evenly. */
+static uint64_t hash_of(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h ? h : 1;
+}
+
+static uint8_t *arena_copy(Scanner *self, const uint8_t *p, size_t n) {
+    Chunk *c = self->arena;
+    if (c == NULL || c->cap - c->used < n) {
+        size_t cap = n > 1 << 20 ? n : 1 << 20;
+        Chunk *fresh = PyMem_Malloc(sizeof(Chunk) + cap);
+        if (fresh == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        fresh->next = c;
+        fresh->used = 0;
+        fresh->cap = cap;
+        self->arena = c = fresh;
+    }
+    uint8_t *at = c->data + c->used;
+    memcpy(at, p, n);
+    c->used += n;
+    return at;
+}
+
+static int grow(Scanner *self) {
+    size_t cap = self->cap * 2;
+    Entry *t = PyMem_Calloc(cap, sizeof(Entry));
+    if (t == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < self->cap; i++) {
+        Entry *e = &self->table[i];
+        if (!e->hash) continue;
+        size_t j = e->hash & (cap - 1);
+        while (t[j].hash) j = (j + 1) & (cap - 1);
+        t[j] = *e;
+    }
+    PyMem_Free(self->table);
+    self->table = t;
+    self->cap = cap;
+    return 0;
+}
+
+/* Records a write to `key` (when it is of this part): put (present, offset) or remove. */
+static int record_write(Scanner *self, const Bytes *key, int64_t seq, int present, int64_t offset) {
+    uint64_t h = hash_of(key->b, key->len);
+    if (self->parts > 1 && (h >> 32) % self->parts != self->part) return 0;
+    size_t mask = self->cap - 1, j = h & mask;
+    for (;;) {
+        Entry *e = &self->table[j];
+        if (!e->hash) break;
+        if (e->hash == h && e->keylen == key->len && memcmp(e->key, key->b, key->len) == 0) {
+            e->seq = seq;
+            e->present = (uint8_t)present;
+            e->offset = offset;
+            return 0;
+        }
+        j = (j + 1) & mask;
+    }
+    if ((self->used + 1) * 10 > self->cap * 7) {
+        if (grow(self) < 0) return -1;
+        return record_write(self, key, seq, present, offset);
+    }
+    uint8_t *copy = arena_copy(self, key->b, key->len);
+    if (copy == NULL) return -1;
+    Entry *e = &self->table[j];
+    e->hash = h;
+    e->key = copy;
+    e->keylen = (uint32_t)key->len;
+    e->seq = seq;
+    e->present = (uint8_t)present;
+    e->offset = offset;
+    self->used++;
+    return 0;
+}
+
+static int same(const Bytes *a, const Bytes *b) {
+    return a->len == b->len && memcmp(a->b, b->b, a->len) == 0;
+}
+
+/* scan(op, first, second, buf, pos, end, ordinal) -> rows: the writes of every row of one
+ * rows event, in order. `first` is the shape of the after image (insert) or of the before
+ * image (update, delete), `second` the after image's of an update (else None). Row r's
+ * sequence is ordinal << 32 | r. */
+static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
+    int op;
+    PyObject *first, *second;
+    Py_buffer view;
+    Py_ssize_t pos, end;
+    long long ordinal;
+    if (!PyArg_ParseTuple(args, "iO!Oy*nnL:scan", &op, &ShapeType, &first, &second, &view, &pos,
+                          &end, &ordinal))
+        return NULL;
+    PyObject *result = NULL;
+    const Shape *a = (const Shape *)first, *b = NULL;
+    if (op == OP_UPDATE) {
+        if (!PyObject_TypeCheck(second, &ShapeType)) {
+            PyErr_SetString(PyExc_TypeError, "an update needs the after image's shape");
+            goto done;
+        }
+        b = (const Shape *)second;
+        if (b->nkeys != a->nkeys) {
+            PyErr_SetString(PyExc_ValueError, "before and after keys differ in columns");
+            goto done;
+        }
+    } else if (op != OP_INSERT && op != OP_DELETE) {
+        PyErr_Format(PyExc_ValueError, "op %d", op);
+        goto done;
+    }
+    if (pos < 0 || end > view.len || ordinal < 0 || ordinal >= (1LL << 31)) {
+        PyErr_SetString(PyExc_ValueError, "pos, end or ordinal out of range");
+        goto done;
+    }
+    const uint8_t *buf = view.buf;
+    int64_t row = 0;
+    while (pos < end) {
+        int64_t seq = (int64_t)ordinal << 32 | row;
+        Py_ssize_t at = pos;
+        if (walk(a, buf, end, &pos, self->vb) < 0 || key_bytes(a, self->vb, &self->kb) < 0)
+            goto done;
+        if (op == OP_INSERT) {
+            if (record_write(self, &self->kb, seq, 1, at) < 0) goto done;
+        } else if (op == OP_DELETE) {
+            if (record_write(self, &self->kb, seq, 0, 0) < 0) goto done;
+        } else {
+            at = pos;
+            if (walk(b, buf, end, &pos, self->va) < 0 || key_bytes(b, self->va, &self->ka) < 0)
+                goto done;
+            if (!same(&self->kb, &self->ka) && record_write(self, &self->kb, seq, 0, 0) < 0) goto done;
+            if (record_write(self, &self->ka, seq, 1, at) < 0) goto done;
+        }
+        row++;
+        if (row >= (1LL << 32)) {
+            PyErr_SetString(PyExc_ValueError, "more than 2**32 rows in one event");
+            goto done;
+        }
+    }
+    result = PyLong_FromLongLong(row);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static int by_seq(const void *x, const void *y) {
+    int64_t a = ((const int64_t *)x)[0], b = ((const int64_t *)y)[0];
+    return (a > b) - (a < b);
+}
+
+/* survivors() -> (seqs, offsets): the puts that are their key's last write, as two bytes
+ * objects of native int64s, in sequence order. */
+static PyObject *Scanner_survivors(Scanner *self, PyObject *unused) {
+    size_t n = 0;
+    for (size_t i = 0; i < self->cap; i++)
+        if (self->table[i].hash && self->table[i].present) n++;
+    int64_t *pairs = PyMem_Malloc((n ? n : 1) * 2 * sizeof(int64_t));
+    if (pairs == NULL) return PyErr_NoMemory();
+    size_t k = 0;
+    for (size_t i = 0; i < self->cap; i++) {
+        const Entry *e = &self->table[i];
+        if (e->hash && e->present) {
+            pairs[2 * k] = e->seq;
+            pairs[2 * k + 1] = e->offset;
+            k++;
+        }
+    }
+    qsort(pairs, n, 2 * sizeof(int64_t), by_seq);
+    PyObject *seqs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
+    if (seqs == NULL || offsets == NULL) {
+        Py_XDECREF(seqs);
+        Py_XDECREF(offsets);
+        PyMem_Free(pairs);
+        return NULL;
+    }
+    int64_t *s = (int64_t *)PyBytes_AS_STRING(seqs), *o = (int64_t *)PyBytes_AS_STRING(offsets);
+    for (size_t i = 0; i < n; i++) {
+        s[i] = pairs[2 * i];
+        o[i] = pairs[2 * i + 1];
+    }
+    PyMem_Free(pairs);
+    return Py_BuildValue("(NN)", seqs, offsets);
+}
+
+static PyObject *Scanner_keys(Scanner *self, void *closure) {
+    return PyLong_FromSize_t(self->used);
+}
+
+static PyMethodDef Scanner_methods[] = {
+    {"scan", (PyCFunction)Scanner_scan, METH_VARARGS,
+     "scan(op, first, second, buf, pos, end, ordinal) -> rows"},
+    {"survivors", (PyCFunction)Scanner_survivors, METH_NOARGS,
+     "survivors() -> (seqs, offsets): the surviving puts, int64 arrays in sequence order"},
+    {NULL},
+};
+
+static PyGetSetDef Scanner_getset[] = {
+    {"keys", (getter)Scanner_keys, NULL, "keys of this part written so far", NULL},
+    {NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "headwater._native._lastwrite.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scanner(parts, part): the last write per key of the keys hashed to `part`",
+    .tp_new = Scanner_new,
+    .tp_methods = Scanner_methods,
+    .tp_getset = Scanner_getset,
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "headwater._native._lastwrite",
+    "The key-first pass of a replay: last write per key, in C (see the source).", -1, NULL,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__lastwrite(void) {
+    if (PyType_Ready(&ShapeType) < 0 || PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    Py_INCREF(&ShapeType);
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(m, "Shape", (PyObject *)&ShapeType) < 0 ||
+        PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
+        PyModule_AddIntConstant(m, "INSERT", OP_INSERT) < 0 ||
+        PyModule_AddIntConstant(m, "UPDATE", OP_UPDATE) < 0 ||
+        PyModule_AddIntConstant(m, "DELETE", OP_DELETE) < 0 ||
+        PyModule_AddIntConstant(m, "KEY_SIGNED", KEY_SIGNED) < 0 ||
+        PyModule_AddIntConstant(m, "KEY_UNSIGNED", KEY_UNSIGNED) < 0 ||
+        PyModule_AddIntConstant(m, "KEY_TEXT", KEY_TEXT) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

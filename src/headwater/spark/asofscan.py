@@ -1,0 +1,397 @@
+"""The key-first read of a replay: last writes found on the keys alone, survivors decoded.
+
+The state as of a point is, per primary key, the key's last write when it is a put
+(:mod:`headwater.spark.lastwrite` argues why; a key-changing update removes its old key
+and puts its new one, so chains, swaps and a key deleted and reinserted need nothing
+more). A put's value is its after image alone (full row images), so only the after
+images of the puts that are their key's last write need decoding; all others are read
+for their keys only. :class:`ScanSpec` does that in each of ``parts`` tasks
+(``spark.range(parts).mapInArrow``):
+
+1. **key pass**: walk the table's rows events of the whole range in log order, and for
+   every row read only the key columns' bytes (:mod:`headwater._native._lastwrite`, in
+   C: no Python object per row); each key hashed to this task's part gets its last
+   write (sequence, put or remove, and where a put's after image starts in its event);
+2. **survivor pass**: walk the same events again (the same order, so the same event
+   ordinals) and decode the after images of the surviving puts only, into the physical
+   columns of :mod:`headwater.spark.asofread` (``_v``/``_t``, typed by the JVM after).
+
+Why it is correct: every key is in exactly one part (its hash), and the task of that
+part sees every write to it, in log order (one task reads the whole range), so its last
+write is the sequential replay's (lastwrite.py). Keys compare by value as the JVM typed
+them in the shuffle this replaces: integers by their value (across INT/BIGINT ALTERs),
+text by its bytes in one charset class (utf8/utf8mb3/utf8mb4, or ascii), whose decoding
+is one-to-one. :func:`key_scan_kinds` admits a table to this read only when every key
+column is such a column in every schema version of the range, under the same names;
+other tables (and base images) take the shuffle read (spark/asof.py). Reading the range
+once per part costs framing, a few % of the decode (the survivors' decode, the bulk of
+the work, is split between the parts).
+
+Invariant: the events are walked in the same order by both passes, so an event's
+ordinal (its place among the table's rows events of the range) names it in both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
+
+from headwater.binlog.codec import DECODE_ERRORS, row_decoder_for
+from headwater.binlog.events import DecodeContext, parse_event
+from headwater.binlog.rows import ROWS_EVENT_TYPES, _cached_layout, rows_event_table_id
+from headwater.changes import iter_payload_events
+from headwater.errors import BinlogFormatError, ConfigError, TruncatedError
+from headwater.gcpause import gc_paused
+from headwater.schema.model import TableDef
+from headwater.spark.asofread import BATCH_ROWS, PARTIAL_IMAGE, ColumnSpec, _physical, _spark_of
+from headwater.spark.logaccess import open_log
+from headwater.spark.offsets import SourceOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from headwater.binlog.tablemap import TableMap
+
+__all__ = ["ScanSpec", "key_scan_kinds"]
+
+_TABLE_MAP = 19  # TABLE_MAP_EVENT (binlog/constants.py EventType.TABLE_MAP)
+_PARTIAL_UPDATE_ROWS = 39  # MySQL JSON diffs: an after image that is not a full row
+
+_INTS = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
+_TEXTS = frozenset({"char", "varchar"})
+#: charset classes whose text decodes one-to-one from the same bytes
+_CHARSETS = {"utf8": "utf8", "utf8mb3": "utf8", "utf8mb4": "utf8", "ascii": "ascii"}
+#: _lastwrite key kinds by the compiled decoder's column kind (binlog/_columns.native_spec)
+_KEY_KINDS = {
+    **{f"i{n}": 1 for n in (8, 16, 24, 32, 64)},
+    **{f"u{n}": 2 for n in (8, 16, 24, 32, 64)},
+    "utf8": 3,
+    "ascii": 3,
+}
+
+
+def key_scan_kinds(definitions: Sequence[TableDef]) -> bool:
+    """Whether the key-first read may replay a table whose definitions in the range are
+    ``definitions`` (module docstring): one primary key, by the same names, of integer
+    or utf8/ascii CHAR/VARCHAR columns in every version, each column of one class."""
+    if not definitions or not definitions[-1].primary_key:
+        return False
+    names = definitions[-1].primary_key
+    classes: dict[str, str] = {}
+    for definition in definitions:
+        if definition.primary_key != names:
+            return False
+        by_name = {c.name: c for c in definition.columns}
+        for name in names:
+            column = by_name.get(name)
+            if column is None:
+                return False
+            if column.data_type in _INTS:
+                kind = "int"
+            elif column.data_type in _TEXTS and column.charset in _CHARSETS:
+                kind = _CHARSETS[column.charset]
+            else:
+                return False
+            if classes.setdefault(name, kind) != kind:
+                return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class ScanSpec:
+    """What every task of one key-first replay needs (picklable; no open handle)."""
+
+    table: str
+    options: SourceOptions
+    first_seq: int
+    end_seq: int
+    columns: tuple[ColumnSpec, ...]
+    #: the primary key's column names, in key order
+    key: tuple[str, ...]
+    #: (schema version, column count) of each version of the table (AsOfPlan.widths)
+    widths: tuple[tuple[int, int], ...]
+    parts: int
+
+    def write_schema(self) -> StructType:
+        """The Spark schema of the rows :meth:`read` yields: ``_v``/``_t`` per column."""
+        from pyspark.sql import types as T
+
+        fields = []
+        for spec in self.columns:
+            if spec.fast is not None:
+                fields.append(T.StructField(f"_v{spec.index}", _spark_of(spec.fast)))
+            fields.append(T.StructField(f"_t{spec.index}", T.StringType()))
+        return T.StructType(fields)
+
+    def arrow_schema(self) -> pa.Schema:
+        import pyarrow as pa
+
+        fields = []
+        for spec in self.columns:
+            if spec.fast is not None:
+                fields.append(pa.field(f"_v{spec.index}", spec.fast))
+            fields.append(pa.field(f"_t{spec.index}", pa.string()))
+        return pa.schema(fields)
+
+    def read(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``mapInArrow`` body over ``spark.range(parts)``: each id's part of the state."""
+        names = self.arrow_schema().names
+        with gc_paused():
+            for batch in batches:
+                for part in batch.column(0).to_pylist():
+                    for table in self.read_part(part):
+                        yield from table.select(names).to_batches()
+
+    def read_part(self, part: int) -> Iterator[pa.Table]:
+        """The rows of the keys hashed to ``part``, in batches (runs on an executor)."""
+        from headwater._native._lastwrite import Scanner
+
+        log = open_log(self.options)
+        try:
+            walker = _Walker(self, log)
+            scanner = Scanner(self.parts, part)
+            counts: list[int] = []
+            for event in walker.events():
+                counts.append(event.scan(scanner, len(counts)))
+            yield from walker.survivors(scanner, counts)
+        finally:
+            log.close()
+
+
+@dataclass(slots=True)
+class _Shape:
+    """One row image shape of one table version: its compiled shape and its mapping."""
+
+    present: tuple[int, ...]
+    compiled: Any  # _lastwrite.Shape
+    #: per column of the replay's definition: its place in the image, or None
+    where: tuple[int | None, ...]
+
+
+class _Table:
+    """What the walk knows of one TABLE_MAP at one schema version."""
+
+    def __init__(self, spec: ScanSpec, tm: TableMap, columns: Any) -> None:
+        from headwater.binlog._columns import native_spec, value_width
+
+        self.tm = tm
+        self.columns = columns
+        self.decoder = row_decoder_for(tm, columns)
+        if tm.column_names is not None:
+            self.names: tuple[str, ...] = tm.column_names
+        elif columns is not None and len(columns) == tm.column_count:
+            self.names = tuple(c.name for c in columns)
+        else:
+            self.names = tuple(f"@{i + 1}" for i in range(tm.column_count))
+        plan = self.decoder.plan
+        self.widths = tuple(value_width(c) for c in plan)
+        self.kinds = tuple((native_spec(c) or ("", 0, 0, None))[0] for c in plan)
+        self.spec = spec
+        self.shapes: dict[tuple[int, ...], _Shape] = {}
+
+    def shape(self, present: tuple[int, ...]) -> _Shape:
+        found = self.shapes.get(present)
+        if found is not None:
+            return found
+        from headwater._native._lastwrite import Shape
+
+        names = [self.names[i] for i in present]
+        at = {name: i for i, name in enumerate(names)}
+        keys = []
+        for name in self.spec.key:
+            i = at.get(name)
+            kind = _KEY_KINDS.get(self.kinds[present[i]]) if i is not None else None
+            if i is None or kind is None:
+                raise ConfigError(
+                    f"{PARTIAL_IMAGE}: {self.spec.table} key column {name!r} is not in a "
+                    "row image as a key the key-first replay reads",
+                    field="as_of",
+                )
+            keys.append((i, kind))
+        compiled = Shape(tuple(self.widths[i] for i in present), tuple(keys))
+        where = tuple(at.get(c.name) for c in self.spec.columns)
+        found = self.shapes[present] = _Shape(present, compiled, where)
+        return found
+
+
+@dataclass(slots=True)
+class _Event:
+    """One rows event of the replayed table, its header read."""
+
+    op: int
+    table: _Table
+    first: _Shape
+    second: _Shape | None
+    buf: bytes
+    pos: int
+
+    def scan(self, scanner: Any, ordinal: int) -> int:
+        from headwater._native._lastwrite import DELETE, INSERT, UPDATE
+
+        op = (INSERT, UPDATE, DELETE)[self.op]
+        second = None if self.second is None else self.second.compiled
+        try:
+            return int(
+                scanner.scan(op, self.first.compiled, second, self.buf, self.pos, len(self.buf),
+                             ordinal)
+            )  # fmt: skip
+        except ValueError as exc:
+            raise TruncatedError(str(exc)) from None
+
+    def after_images(self, rows: list[int], offsets: list[int], count: int) -> list[Any]:
+        """The after images of ``rows`` (row indexes; their images start at ``offsets``)."""
+        decoder = self.table.decoder
+        shape = self.second if self.second is not None else self.first
+        present = shape.present
+        if self.second is None and len(rows) * 2 >= count:
+            every = decoder.decode_rows(self.buf, self.pos, len(self.buf), present)
+            return [every[r] for r in rows]
+        return [decoder.decode_image(self.buf, off, present)[0] for off in offsets]
+
+
+_OPS = {"insert": 0, "update": 1, "delete": 2}
+
+
+class _Walker:
+    """The table's rows events of ``[first_seq, end_seq)``, in log order."""
+
+    def __init__(self, spec: ScanSpec, log: Any) -> None:
+        self.spec = spec
+        self.log = log
+        self.tables: dict[tuple[int, int], _Table] = {}
+        self.maps: dict[bytes, Any] = {}
+
+    def events(self) -> Iterator[_Event]:
+        spec, log = self.spec, self.log
+        want = spec.options.tables
+        schema = log.schema
+        for rec in log.records(spec.first_seq, spec.end_seq):
+            if not want.record_wanted(rec.tables):
+                continue
+            ctx = DecodeContext(fde=log.fde, table_map_cache=self.maps)
+            size = ctx.table_id_size
+            expected = _width_at(spec.widths, rec.schema_version)
+            for raw in iter_payload_events(rec.payload, source=None):
+                code = raw.type_code
+                if code == _TABLE_MAP:
+                    parse_event(raw, ctx)
+                    continue
+                if code not in ROWS_EVENT_TYPES:
+                    continue
+                tm = ctx.table_maps.get(rows_event_table_id(raw.body, table_id_size=size))
+                if tm is None:
+                    parse_event(raw, ctx)  # raises: a rows event without its TABLE_MAP
+                    continue
+                if not want(tm.schema, tm.table):
+                    continue
+                if code == _PARTIAL_UPDATE_ROWS:
+                    raise ConfigError(
+                        f"{PARTIAL_IMAGE}: {spec.table} has a partial JSON update "
+                        "(binlog_row_value_options=PARTIAL_JSON); a replay needs full images",
+                        field="as_of",
+                    )
+                yield self._event(code, raw.body, tm, rec, expected, schema, size)
+
+    def _event(
+        self, code: int, body: Any, tm: TableMap, rec: Any, expected: int | None, schema: Any,
+        size: int,
+    ) -> _Event:  # fmt: skip
+        columns = schema.columns_for(tm, rec.position) if schema is not None else None
+        key = (id(tm), id(columns))
+        table = self.tables.get(key)
+        if table is None or table.tm is not tm or table.columns is not columns:
+            table = self.tables[key] = _Table(self.spec, tm, columns)
+        try:
+            kind, _f, _x, _w, first, second, buf, pos = _cached_layout(code, bytes(body), tm, size)
+        except DECODE_ERRORS:
+            raise TruncatedError("rows event ends early") from None
+        except BinlogFormatError:
+            raise
+        if expected is not None and len(first) != expected:
+            raise ConfigError(
+                f"{PARTIAL_IMAGE}: {self.spec.table} change in store record {rec.seq} "
+                "lacks columns (binlog_row_image=MINIMAL or NOBLOB); "
+                "a replay needs binlog_row_image=FULL",
+                field="as_of",
+            )
+        op = _OPS[kind]
+        return _Event(
+            op,
+            table,
+            table.shape(first),
+            table.shape(second) if op == 1 else None,
+            buf,
+            pos,
+        )
+
+    def survivors(self, scanner: Any, counts: list[int]) -> Iterator[pa.Table]:
+        """Pass 2: the surviving puts' after images, as physical columns."""
+        import numpy as np
+
+        seqs_raw, offsets_raw = scanner.survivors()
+        seqs = np.frombuffer(seqs_raw, dtype=np.int64)
+        offsets = np.frombuffer(offsets_raw, dtype=np.int64)
+        ordinals = seqs >> 32
+        rows = (seqs & 0xFFFFFFFF).tolist()
+        offs = offsets.tolist()
+        # per ordinal: [lo, hi) of its survivors in the (sequence-ordered) arrays
+        wanted = np.unique(ordinals)
+        bounds = np.searchsorted(ordinals, wanted, side="left").tolist()
+        ends = np.searchsorted(ordinals, wanted, side="right").tolist()
+        where = dict(zip(wanted.tolist(), zip(bounds, ends, strict=True), strict=True))
+        out = _Columns(self.spec)
+        for ordinal, event in enumerate(self.events()):
+            span = where.get(ordinal)
+            if span is None:
+                continue
+            lo, hi = span
+            images = event.after_images(rows[lo:hi], offs[lo:hi], counts[ordinal])
+            out.add(images, (event.second or event.first).where)
+            if out.rows >= BATCH_ROWS:
+                yield out.table()
+                out = _Columns(self.spec)
+        if out.rows:
+            yield out.table()
+
+
+def _width_at(widths: tuple[tuple[int, int], ...], version: int) -> int | None:
+    """How many columns a full image has at schema ``version`` (None: unknown)."""
+    if not widths:
+        return None
+    expected = widths[0][1]
+    for v, width in widths[1:]:
+        if version >= v:
+            expected = width
+    return expected
+
+
+class _Columns:
+    """Surviving rows being gathered, column by column."""
+
+    def __init__(self, spec: ScanSpec) -> None:
+        self.spec = spec
+        self.values: list[list[Any]] = [[] for _ in spec.columns]
+        self.rows = 0
+
+    def add(self, images: list[Any], where: tuple[int | None, ...]) -> None:
+        m = len(images)
+        if not m:
+            return
+        columns = list(zip(*images, strict=True))
+        for out, i in zip(self.values, where, strict=True):
+            if i is None:
+                out.extend(repeat(None, m))
+            else:
+                out.extend(columns[i])
+        self.rows += m
+
+    def table(self) -> pa.Table:
+        import pyarrow as pa
+
+        arrays: dict[str, pa.Array] = {}
+        for column, values in zip(self.spec.columns, self.values, strict=True):
+            arrays.update(_physical(column, values, "_v", "_t"))
+        return pa.table(arrays)
