@@ -16,6 +16,7 @@ prints ``fenced <shard> <epoch>``.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import signal
 import sys
@@ -25,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from headwater.client import Batch, Consumer, ConsumerOptions, FencedError, SqlStore
+from headwater.client import Batch, Consumer, ConsumerOptions, SqlStore
 
 
 def main(argv: list[str]) -> int:
@@ -36,8 +37,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hold-in-tx", action="store_true")
     parser.add_argument("--decode", default="client")
     args = parser.parse_args(argv)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test dumps a stuck stop
     url, zk, dsn, group, hold = args.url, args.zk, args.dsn, args.group, args.hold_first
-    conn = psycopg.connect(dsn)
+    # one connection per worker thread: a transaction is one batch of one shard. (One
+    # connection shared by the shards' threads made one transaction of several shards'
+    # batches: a commit or a fenced rollback of one took the others' writes with it, it
+    # held several checkpoint rows at once, so it could deadlock with another member's,
+    # and a failed statement left it open, its row locks held, for ever.)
+    conns: dict[int, psycopg.Connection[Any]] = {}
+    conns_lock = threading.Lock()
+
+    def connection() -> psycopg.Connection[Any]:
+        with conns_lock:
+            conn = conns.get(threading.get_ident())  # a thread that ended left it idle
+            if conn is None:
+                conn = conns[threading.get_ident()] = psycopg.connect(dsn)
+            return conn
+
     held = threading.Event()
 
     def hold_once(batch: Batch) -> None:
@@ -49,6 +65,7 @@ def main(argv: list[str]) -> int:
     def handle(batch: Batch) -> None:
         if not args.hold_in_tx:
             hold_once(batch)
+        conn = connection()
         try:
             with conn.cursor() as cur:
                 for c in batch.changes:
@@ -63,7 +80,7 @@ def main(argv: list[str]) -> int:
                 if args.hold_in_tx:
                     hold_once(batch)
             conn.commit()
-        except FencedError:
+        except BaseException:  # fenced, or any failed statement: nothing of it stays
             conn.rollback()
             raise
 
@@ -85,8 +102,11 @@ def main(argv: list[str]) -> int:
             reported += 1
     began = time.monotonic()
     consumer.stop(timeout=20.0)
+    print(f"consumer_proc: stop took {time.monotonic() - began:.2f} s", file=sys.stderr, flush=True)
     store.close()
-    conn.close()
+    with conns_lock:
+        for conn in conns.values():
+            conn.close()
     if time.monotonic() - began > 20.0:
         return 3
     print("stopped", flush=True)

@@ -18,6 +18,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from headwater.changes.sequence import ROW_BITS
+from headwater.client import Consumer, ConsumerOptions, SqlStore
 from headwater.coordination.groups import live_members
 from headwater.coordination.zk import connect, servers_path, shard_path
 from headwater.sandbox import MariadbSandbox
@@ -164,7 +167,12 @@ class Member:
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=40)
+        try:
+            out, _ = self.proc.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # consumer_proc dumps its threads
+            time.sleep(2)
+            raise
         assert self.proc.returncode == 0 and "stopped" in out, out
 
 
@@ -345,3 +353,61 @@ def _check_once(pg: Any, http: Http) -> None:
     assert len(seqs) == len(set(seqs))
     expected, _cp, _n = http.drain(http.subscribe(task="src", tables=["cg.*"], ddl=False))
     assert sorted(seqs) == sorted(r["sequence"] for r in expected)
+
+
+def test_stop_returns_in_time_and_saves_while_a_claim_waits_on_a_locked_checkpoint_row(
+    mariadb: MariadbSandbox, reader: Http, zookeeper: str, applied: tuple[str, Any]
+) -> None:
+    """Another transaction holds shard 1's checkpoint row and never ends (a process
+    stopped inside its handler's transaction, or a handler's transaction left open after
+    an error): the member's claim of shard 1 waits on that row lock for ever. Shard 0 is
+    consumed meanwhile, and ``stop(timeout=2)`` returns in about 2 s with shard 0's last
+    acked checkpoint saved (before: the claim held the store's only connection, so the
+    final save, and the stop, waited for ever)."""
+    dsn, pg = applied
+    _workload(mariadb, random.Random(20), 40)
+    store = SqlStore(lambda: psycopg.connect(dsn))
+    blocker = psycopg.connect(dsn)
+    consumer: Consumer | None = None
+    try:
+        store.create("cgl", 2, 1 << ROW_BITS)  # from the first record
+        blocker.execute(
+            "UPDATE headwater_consumer_shards SET version = version + 1 "
+            "WHERE group_name = 'cgl' AND shard = 1"
+        )  # and no commit: the row stays locked
+        options = ConsumerOptions(
+            task="src", group="cgl", readers=(reader.url,), tables=("cg.*",), shards=2,
+            zookeeper=zookeeper, ddl=False, flush_interval=3600.0, flush_every=1_000_000,
+        )  # fmt: skip
+        handled: list[int] = []
+        consumer = Consumer(options, lambda b: handled.extend(c.sequence for c in b.changes), store)
+        consumer.start()
+        wait_for(lambda: _lock_waiters(pg) == 1, 30, "the claim of shard 1 to wait on its row")
+        wait_for(lambda: consumer is not None and consumer.owned() == [0], 30, "shard 0 to run")
+        wait_for(lambda: handled and consumer.checkpoints()[0] > max(handled), 30, "shard 0")
+        acked = consumer.checkpoints()[0]
+        began = time.monotonic()
+        stopper = threading.Thread(target=consumer.stop, args=(2.0,), daemon=True)
+        stopper.start()
+        stopper.join(30)
+        took = time.monotonic() - began
+        assert not stopper.is_alive() and took < 4.0, took
+        consumer = None
+        state = store.load("cgl")
+        assert state is not None and state.next[0] >= acked
+    finally:
+        blocker.rollback()  # the waiting claim goes on now, and its thread ends
+        blocker.close()
+        if consumer is not None:
+            consumer.stop(timeout=5.0)
+        store.close()
+
+
+def _lock_waiters(pg: Any) -> int:
+    """Sessions of this database waiting for a row lock."""
+    return int(
+        pg.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()[0]
+    )

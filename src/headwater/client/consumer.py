@@ -58,6 +58,9 @@ __all__ = ["Batch", "Consumer", "ConsumerOptions", "Handler"]
 log = logging.getLogger(__name__)
 
 DECODES = ("client", "json", "protobuf")
+#: Seconds :meth:`Consumer.stop` waits past its timeout for the ZooKeeper session to close
+#: when the stop itself is stuck.
+STOP_GRACE = 1.0
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,7 @@ class Consumer:
         self._fde: Any = None
         self._schema: Any = None
         self._deadline = float("inf")  # set by stop(): joins give up then
+        self._closed = False
         self._assigned = threading.Event()  # a shard was assigned since the feed looked
         self._hash = ShardHasher(options.keys)
 
@@ -286,25 +290,53 @@ class Consumer:
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the batches in hand, save every checkpoint, leave the group.
 
-        Returns after at most about ``timeout`` seconds: a handler or a fetch still running
-        then is abandoned (daemon threads) and its shard's last acked checkpoint is saved
-        if the store answers; closing the ZooKeeper session releases the shards anyway."""
+        Returns after at most about ``timeout`` seconds, whatever hangs: the stop runs in
+        a thread of its own and is abandoned then (a handler or a fetch still running, a
+        checkpoint store waiting on a lock, a claim waiting on a checkpoint row). What it
+        could not save is redelivered (at least once), and closing the ZooKeeper session
+        releases the shards anyway."""
         deadline = time.monotonic() + timeout
         self._deadline = deadline
+        stopper = threading.Thread(
+            target=self._stop_until, args=(deadline,), name="consumer-stop", daemon=True
+        )
+        stopper.start()
+        stopper.join(timeout)
+        if stopper.is_alive():
+            log.warning("consumer: stop gave up after %.1f s; closing the session", timeout)
+            closer = threading.Thread(target=self._close, name="consumer-close", daemon=True)
+            closer.start()
+            closer.join(STOP_GRACE)
+
+    def _stop_until(self, deadline: float) -> None:
+        """The stop (see :meth:`stop`); every wait ends at ``deadline``."""
         if self.member is not None:
-            self.member.stop(timeout=timeout)  # revokes (and flushes) every shard
+            # revokes (and flushes) every shard; a loop stuck beyond the deadline (in a
+            # claim, say) is left behind, and the shards it still has are revoked below
+            self.member.stop(timeout=max(0.0, deadline - time.monotonic()))
         for shard in list(self._shards):
             self._revoke(shard)
         self._running.clear()
         self._wake_flush.set()
-        for t in self._threads:
+        for t in list(self._threads):
             t.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in self._threads if t.is_alive()]
         if stuck:
             log.warning("consumer stopped with threads still running: %s", ", ".join(stuck))
+        self._close()
+
+    def _close(self) -> None:
+        """Close the ZooKeeper session and the readers' connections (once)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         if self.zk is not None:
-            self.zk.stop()
-            self.zk.close()
+            try:
+                self.zk.stop()
+                self.zk.close()
+            except Exception:
+                log.warning("consumer: ZooKeeper session not closed cleanly", exc_info=True)
         if self.readers is not None:
             self.readers.close()
 
@@ -339,6 +371,8 @@ class Consumer:
 
     def _assign(self, number: int, epoch: int | None) -> None:
         epoch, nxt = self.store.claim(self.options.group, number, epoch)
+        if self._deadline != float("inf"):  # a claim that waited past a stop
+            raise HeadwaterError(f"shard {number} claimed while the consumer stops")
         shard = Shard(number, epoch, nxt)
         shard.thread = threading.Thread(
             target=self._work, args=(shard,), name=f"consumer-shard-{number}", daemon=True
@@ -374,6 +408,8 @@ class Consumer:
         with shard.cond:
             shard.active = False
             shard.cond.notify_all()
+        if self.member is not None:
+            self.member.fenced(shard.number, shard.epoch)  # the group takes it again
 
     # -- workers
 

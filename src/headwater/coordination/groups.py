@@ -83,6 +83,7 @@ class GroupMember:
         self._lost = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._fenced: list[tuple[int, int]] = []  # (shard, epoch) the consumer dropped
 
     # -- lifecycle
 
@@ -154,6 +155,11 @@ class GroupMember:
                 self.owned.pop(shard, None)
         if not self.zk.connected:
             return
+        with self._lock:
+            fenced, self._fenced = self._fenced, []
+        for shard, epoch in fenced:
+            if self.owned.get(shard) == epoch:  # not taken again since
+                self._release(shard)
         if self.zk.exists(member_path(self.group, self.me)) is None:
             self._register()
         members = self.zk.get_children(f"{group_path(self.group)}/members", watch=self._watch)
@@ -172,8 +178,9 @@ class GroupMember:
         try:
             self.zk.create(f"{path}/owner", self.me.encode(), ephemeral=True)
         except NodeExistsError:
-            self.zk.exists(f"{path}/owner", watch=self._watch)  # wake when it is released
-            return
+            if not self._owns_node(path):  # ours: a release whose delete was lost
+                self.zk.exists(f"{path}/owner", watch=self._watch)  # wake when released
+                return
         epoch = int(self.zk.set(f"{path}/epoch", self.me.encode()).version)
         self.owned[shard] = epoch
         log.info("group %s: %s owns shard %d, epoch %d", self.group, self.me, shard, epoch)
@@ -185,18 +192,37 @@ class GroupMember:
             log.exception("group %s: shard %d not started; released", self.group, shard)
             self._release(shard)
 
+    def _owns_node(self, path: str) -> bool:
+        """Whether ``path``/owner is this member's, in this session."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = self.zk.get(f"{path}/owner")
+        except NoNodeError:
+            return False
+        return bool(data == self.me.encode() and stat.ephemeralOwner == self.zk.client_id[0])
+
     def _release(self, shard: int) -> None:
         from kazoo.exceptions import KazooException
 
         self._on_revoke(shard)
         self.owned.pop(shard, None)
+        path = shard_path(self.group, shard)
         try:
-            data, stat = self.zk.get(f"{shard_path(self.group, shard)}/owner")
-            if data == self.me.encode() and stat.ephemeralOwner == self.zk.client_id[0]:
-                self.zk.delete(f"{shard_path(self.group, shard)}/owner", version=stat.version)
+            if self._owns_node(path):
+                self.zk.delete(f"{path}/owner")
         except KazooException:
-            pass  # gone with the session
+            pass  # gone with the session, or deleted by _take's next try (it is ours)
         log.info("group %s: %s released shard %d", self.group, self.me, shard)
+
+    def fenced(self, shard: int, epoch: int) -> None:
+        """The consumer dropped ``shard`` at ``epoch``: an ack or a checkpoint was refused,
+        or ownership could not be proven (ZooKeeper unreachable for a moment). The loop
+        releases it (if it still holds it at that epoch), so that the next round takes it
+        again with a new epoch from its stored checkpoint, instead of holding it unserved."""
+        with self._lock:
+            self._fenced.append((shard, epoch))
+        self._wake.set()
 
     def check(self, shard: int, epoch: int) -> None:
         """Raise :class:`FencedError` unless this session still owns ``shard`` at ``epoch``."""

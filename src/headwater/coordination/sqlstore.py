@@ -14,13 +14,19 @@ deposed owner's write matches no row and raises :class:`FencedError` (its transa
 roll back). ``version`` grows at every write so the row always changes: MySQL counts a row
 whose values stay the same as not affected.
 
-Connections come from a factory (DB-API 2.0, ``%s`` parameters: pymysql and psycopg).
+Connections come from a factory (DB-API 2.0, ``%s`` parameters: pymysql and psycopg). Each
+operation takes an idle connection (or opens one) and gives it back: no lock is held while a
+statement runs. A claim may wait on a checkpoint row lock for as long as another transaction
+holds it (the previous owner's handler, stopped before its commit: that wait is what keeps
+its batch from being applied twice), and the saves of the other shards, and the final saves
+of a stop, must not queue behind it on one connection.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -40,8 +46,9 @@ class SqlStore:
 
     def __init__(self, connect: Callable[[], Any]) -> None:
         self._connect = connect
-        self._lock = threading.Lock()
-        self._conn = connect()
+        self._lock = threading.Lock()  # guards _idle and _closed only
+        self._idle: list[Any] = []
+        self._closed = False
         with self._tx() as cur:
             cur.execute(
                 f"CREATE TABLE IF NOT EXISTS {GROUPS} (group_name VARCHAR(200) NOT NULL "
@@ -53,27 +60,39 @@ class SqlStore:
                 "version BIGINT NOT NULL, PRIMARY KEY (group_name, shard))"
             )
 
-    class _Tx:
-        def __init__(self, store: SqlStore) -> None:
-            self.store = store
-
-        def __enter__(self) -> Any:
-            self.store._lock.acquire()
-            self.cur = self.store._conn.cursor()
-            return self.cur
-
-        def __exit__(self, kind: Any, *_rest: Any) -> None:
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[Any]:
+        """A cursor in a transaction of a connection of its own, committed at the end
+        (rolled back on an error; a connection whose commit or rollback failed is closed,
+        not reused)."""
+        with self._lock:
+            if self._closed:
+                raise CoordinationError("SQL checkpoint store is closed")
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._connect()
+        reusable = False
+        try:
+            cur = conn.cursor()
             try:
-                if kind is None:
-                    self.store._conn.commit()
-                else:
-                    self.store._conn.rollback()
-            finally:
-                self.cur.close()
-                self.store._lock.release()
-
-    def _tx(self) -> SqlStore._Tx:
-        return SqlStore._Tx(self)
+                yield cur
+            except BaseException:
+                with contextlib.suppress(Exception):  # the error raised is the block's
+                    cur.close()
+                    conn.rollback()
+                    reusable = True
+                raise
+            cur.close()
+            conn.commit()
+            reusable = True
+        finally:
+            with self._lock:
+                keep = reusable and not self._closed
+                if keep:
+                    self._idle.append(conn)
+            if not keep:
+                with contextlib.suppress(Exception):
+                    conn.close()
 
     def _state(self, cur: Any, group: str) -> GroupState | None:
         cur.execute(f"SELECT shard_count, previous FROM {GROUPS} WHERE group_name = %s", (group,))
@@ -192,4 +211,11 @@ class SqlStore:
         return new
 
     def close(self) -> None:
-        self._conn.close()
+        """Close the idle connections; one still running a statement (a claim waiting on a
+        row lock, after a stop that gave up) is closed when that statement ends."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.close()
