@@ -40,6 +40,7 @@ DDL). What a target supplies and the sink's options are in :mod:`headwater.sinks
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -59,6 +60,7 @@ from headwater.sinks.base import (
     as_change,
     map_database,
 )
+from headwater.sinks.definitions import row_definitions
 from headwater.sinks.dialect import SqlDialect, SqlSinkConfig, describe
 from headwater.sinks.merge import (
     ChangeColumns,
@@ -97,6 +99,8 @@ class _Selected:
     effects: list[NetEffect] | list[ColumnEffect]
     progress: dict[str, tuple[int, int]]
     columns: ChangeColumns | None = None
+    #: With ``columns``: the table definition at each selected row (row_definitions).
+    definitions: dict[int, TableDef | None] | None = None
 
 
 def _progress(items: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
@@ -321,11 +325,15 @@ class SqlSink:
             else:
                 todo = [i for i in rows if seq[i] > applied[src[i]]]
                 progress = _progress((src[i], seq[i]) for i in todo)
+            if not todo:
+                return _Selected(len(rows), [], progress, cols)
+            defs = row_definitions(cols, todo, self.config.schema)
             return _Selected(
                 len(rows) - len(todo),
-                collapse_column_rows(cols, todo, self._widths(cols)) if todo else [],
+                collapse_column_rows(cols, todo, functools.partial(_width, defs)),
                 progress,
                 cols,
+                defs,
             )
 
         def apply() -> ApplyResult:
@@ -336,26 +344,6 @@ class SqlSink:
         if not self.config.create_tables:
             return apply()
         return self._recreating(apply, lambda: self._create_tables(created, connection))
-
-    def _widths(self, cols: ChangeColumns) -> Callable[[int], int | None]:
-        """``width(i)`` of :func:`~headwater.sinks.merge.collapse_column_rows`: how many columns
-        row ``i``'s table has at its position (None without a definition), one lookup per
-        table and position."""
-        found: dict[tuple[Any, ...], int | None] = {}
-        schema = self.config.schema
-        db, tbl, cid, fnum, off, ev = (
-            cols.database, cols.table, cols.change_id, cols.file_num, cols.offset,
-            cols.event_index,
-        )  # fmt: skip
-
-        def width(i: int) -> int | None:
-            at = (db[i], tbl[i], cid[i], fnum[i], off[i], ev[i])
-            if at not in found:
-                tdef = schema.table_at(db[i], tbl[i], cols.position(i))
-                found[at] = None if tdef is None else len(tdef.columns)
-            return found[at]
-
-        return width
 
     def _recreating(
         self, apply: Callable[[], ApplyResult], create: Callable[[], None]
@@ -446,6 +434,7 @@ class SqlSink:
                     batch_id,
                     shard,
                     target_has=has,
+                    definitions=chosen.definitions,
                 )
             else:
                 writes = plan_writes(
@@ -644,6 +633,13 @@ _ENSURED: set[tuple[Any, str, str, TableDef]] = set()
 
 #: Column names of target tables under ``ddl: ignore`` (:meth:`SqlSink._target_has`).
 _TARGET_HAS: dict[tuple[Any, str, str], frozenset[str] | None] = {}
+
+
+def _width(definitions: dict[int, TableDef | None], i: int) -> int | None:
+    """``width(i)`` of :func:`~headwater.sinks.merge.collapse_column_rows`: how many
+    columns row ``i``'s table has at its position (None without a definition)."""
+    found = definitions[i]
+    return None if found is None else len(found.columns)
 
 
 def _merge(a: ApplyResult, b: ApplyResult) -> ApplyResult:

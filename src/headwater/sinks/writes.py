@@ -21,7 +21,8 @@ retry or report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, KeysView, Sequence
+import functools
+from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple, overload
@@ -152,33 +153,56 @@ class _Planner:
         tdef = self.tdefs.get(at)
         if tdef is None:
             found = _table_def(self.config.schema, effect, self.batch_id, self.shard)
-            seen = self.by_id.get(id(found))
-            if seen is None or seen[0] is not found:
-                seen = self.by_id[id(found)] = (found, self.same.setdefault(found, found))
-            tdef = self.tdefs[at] = seen[1]
+            tdef = self.tdefs[at] = self.canonical(found)
         delete = effect.action == DELETE
         names = tuple(effect.key if delete else effect.image or {})
+        return self.shape_for(tdef, delete, names, lambda: effect)
+
+    def canonical(self, found: TableDef) -> TableDef:
+        """``found``, or the equal definition seen first (shapes are keyed by its id)."""
+        seen = self.by_id.get(id(found))
+        if seen is None or seen[0] is not found:
+            seen = self.by_id[id(found)] = (found, self.same.setdefault(found, found))
+        return seen[1]
+
+    def shape_for(
+        self,
+        tdef: TableDef,
+        delete: bool,
+        names: tuple[str, ...],
+        effect: Callable[[], NetEffect],
+    ) -> Shape:
+        """The shape of an effect of ``tdef`` (canonical) writing ``names``; ``effect()``
+        gives the effect itself, asked only for a shape not seen yet (and its errors)."""
         shape = self.shapes.get((id(tdef), delete, names))
         if shape is None:
+            one = effect()
             has = None
             if self.target_has is not None:
-                has = self.target_has(effect.database, effect.table)
+                has = self.target_has(one.database, one.table)
             shape = self.shapes[(id(tdef), delete, names)] = _shape(
-                effect, tdef, delete, names, self.rules, self.batch_id, self.shard, has
+                one, tdef, delete, names, self.rules, self.batch_id, self.shard, has
             )
         return shape
 
     def write_for(self, effect: NetEffect) -> Write:
         """The write ``effect`` goes to, a new run started in it when its shape differs."""
-        shape = self.shape_of(effect)
-        gkey = (effect.database, effect.table, shape.delete, shape.columns)
+        return self.write_of(effect.database, effect.table, self.shape_of(effect), effect.key)
+
+    def write_of(
+        self, database: str, table: str, shape: Shape, key: dict[str, Any] | Callable[[], Any]
+    ) -> Write:
+        """The write of ``shape`` in ``database.table`` (``key``: an effect's key, or a
+        function giving it, asked for a new write only), a new run started in it when
+        its shape differs from its last one's."""
+        gkey = (database, table, shape.delete, shape.columns)
         write = self.groups.get(gkey)
         if write is None:
-            target = map_database(self.config.database_map, effect.database)
+            target = map_database(self.config.database_map, database)
             write = self.groups[gkey] = Write(
-                self.dialect.table_ref(target, effect.table),
-                effect.table_name,
-                tuple(effect.key),
+                self.dialect.table_ref(target, table),
+                f"{database}.{table}",
+                tuple(key() if callable(key) else key),
                 shape.columns,
                 shape.delete,
                 self.effects(),
@@ -246,13 +270,70 @@ def plan_column_writes(
     batch_id: int,
     shard: int,
     target_has: Callable[[str, str], frozenset[str] | None] | None = None,
+    definitions: Mapping[int, TableDef | None] | None = None,
 ) -> list[Write]:
     """:func:`plan_writes` of the net effects of
     :func:`~headwater.sinks.merge.collapse_column_rows` on ``cols``, without a
     :class:`NetEffect` per effect: an upsert's values come from its image as they are,
     a delete's key is parsed from its text; effects are made :class:`NetEffect` values
-    only where a new statement shape may start (another position, action, table or
-    column set than the previous effect's) and for errors."""
+    only where a new statement shape may start and for errors.
+
+    ``definitions`` (:func:`~headwater.sinks.definitions.row_definitions`): the table
+    definition at each effect's last row, so that a new shape is looked for only where
+    the definition object, action, table or column set changes, not at every position
+    (single-row transactions give each effect its own). Without it, at every change of
+    position."""
+    if definitions is None:
+        return _plan_by_position(cols, effects, config, dialect, batch_id, shard, target_has)
+    planner = _Planner(config, dialect, batch_id, shard, target_has, lambda: ColumnEffects(cols))
+    keys, db, tbl = cols.key, cols.database, cols.table
+    loads = orjson.loads
+    write: Write | None = None
+    last_row = -1
+    action_was = ""
+    names_were: KeysView[str] | None = None
+    found_was: TableDef | None = None
+    for effect in effects:
+        _, last, action, image = effect
+        source: dict[str, Any] = loads(keys[last]) if action == DELETE else image or {}  # type: ignore[arg-type]
+        names = source.keys()
+        found = definitions[last]
+        if (
+            write is None
+            or found is not found_was
+            or action != action_was
+            or names != names_were
+            or tbl[last] != tbl[last_row]
+            or db[last] != db[last_row]
+        ):
+            if found is None:  # the error names the effect
+                write = planner.write_for(column_effect(cols, effect))
+            else:
+                shape = planner.shape_for(
+                    planner.canonical(found),
+                    action == DELETE,
+                    tuple(names),
+                    functools.partial(column_effect, cols, effect),
+                )
+                key = functools.partial(loads, keys[last])  # type: ignore[arg-type]  # keyed rows
+                write = planner.write_of(db[last], tbl[last], shape, key)
+        write.effects.append(effect)  # type: ignore[arg-type]  # ColumnEffects here
+        write.sources.append(source)
+        last_row, action_was, names_were, found_was = last, action, names, found
+    return planner.converted(lambda: (column_effect(cols, e) for e in effects))
+
+
+def _plan_by_position(
+    cols: ChangeColumns,
+    effects: list[ColumnEffect],
+    config: SqlSinkConfig,
+    dialect: SqlDialect,
+    batch_id: int,
+    shard: int,
+    target_has: Callable[[str, str], frozenset[str] | None] | None,
+) -> list[Write]:
+    """:func:`plan_column_writes` without definitions: a definition looked up at each
+    change of position."""
     planner = _Planner(config, dialect, batch_id, shard, target_has, lambda: ColumnEffects(cols))
     keys, db, tbl = cols.key, cols.database, cols.table
     cid, fnum, off, ev = cols.change_id, cols.file_num, cols.offset, cols.event_index

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,8 @@ from headwater.schema.history import SchemaHistory
 from headwater.schema.model import Column, TableDef
 from headwater.sinks import SchemaFile, StaticSchema
 from headwater.sinks.base import pinned_schemas
+from headwater.sinks.definitions import row_definitions
+from headwater.sinks.merge import ROLE_KEY, ChangeColumns
 from headwater.spark.transforms import (
     ExcludeSpec,
     RenameColumnsSpec,
@@ -28,6 +31,7 @@ T = TableDef(
     (Column("id", "int", "int", nullable=False), Column("a", "int", "int")),
     primary_key=("id",),
 )
+U = TableDef("shop", "u", (Column("id", "int", "int", nullable=False),), primary_key=("id",))
 BOOT, DDL, LATER = Position(0, 1, 4), Position(0, 1, 500), Position(0, 1, 900)
 
 
@@ -164,3 +168,70 @@ def test_schema_file_replaced_while_running(tmp_path: Path) -> None:
         new = schema.table_at("shop", "t", at(600))
     assert new is not None and new.column_names == ("id", "a", "w")
     assert schema.table_at("shop", "t", at(100)) == T
+
+
+class CountingSchema:
+    """A schema source that counts its lookups (a real history underneath)."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self.lookups = 0
+
+    def table_at(self, database: str, table: str, position: Position) -> TableDef | None:
+        self.lookups += 1
+        found: TableDef | None = self.base.table_at(database, table, position)
+        return found
+
+
+def columns_at(rows: list[tuple[str, str, str, int]]) -> ChangeColumns:
+    """Change columns of ``(source, database, table, offset)`` rows, in sequence order."""
+    n = len(rows)
+    return ChangeColumns(
+        [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], ["insert"] * n,
+        list(range(1, n + 1)), [0] * n, [1] * n, [r[3] for r in rows], [0] * n,
+        [f'{{"id":{i}}}' for i in range(n)], ['{"id":1}'] * n, [ROLE_KEY] * n,
+    )  # fmt: skip
+
+
+def test_row_definitions_equal_a_lookup_per_row_across_schema_changes() -> None:
+    history = SchemaHistory()
+    history.bootstrap({T.key: T, U.key: U}, BOOT)
+    for n, offset in enumerate((300, 301, 2_000, 4_000, 5_000, 5_001, 5_002)):
+        ddl = "ALTER TABLE u ADD COLUMN w INT" if offset == 4_000 else f"ALTER TABLE t ADD c{n} INT"
+        history.apply_ddl(ddl, "shop", at(offset))
+    # One row per offset, interleaving two tables and a second source whose positions
+    # are not comparable with the first's (rows of a run are in sequence order).
+    rows = [("s", "shop", "t" if o % 3 else "u", o) for o in range(10, 8_000, 7)]
+    other = iter(range(1_000, 7_000, 50))  # s2's offsets grow with its own sequence
+    rows = [r for row in rows for r in ([row, ("s2", "shop", "t", next(other, 7_000))]
+                                         if row[3] % 4 == 0 else [row])]  # fmt: skip
+    cols = columns_at(rows)
+    counting = CountingSchema(history)
+    found = row_definitions(cols, range(len(rows)), counting)
+    want = {i: history.table_at("shop", rows[i][2], cols.position(i)) for i in range(len(rows))}
+    assert found == want
+    assert all(found[i] is want[i] for i in want)  # the history's own objects
+    assert counting.lookups < len(rows) // 4  # bisected, not one per row
+
+
+def test_row_definitions_of_one_interval_take_two_lookups() -> None:
+    history = SchemaHistory()
+    history.bootstrap({T.key: T}, BOOT)
+    cols = columns_at([("s", "shop", "t", o) for o in range(10, 30_010, 3)])
+    counting = CountingSchema(history)
+    found = row_definitions(cols, range(len(cols.op)), counting)
+    assert counting.lookups == 2
+    assert set(map(id, found.values())) == {id(history.table_at("shop", "t", at(10)))}
+
+
+def test_row_definitions_never_spread_a_missing_definition() -> None:
+    history = SchemaHistory()
+    history.bootstrap({T.key: T}, BOOT)
+    history.apply_ddl("DROP TABLE t", "shop", at(100))
+    history.apply_ddl("CREATE TABLE t (id INT PRIMARY KEY)", "shop", at(200))
+    history.apply_ddl("DROP TABLE t", "shop", at(300))
+    cols = columns_at([("s", "shop", "t", o) for o in (50, 150, 250, 350, 360)])
+    found = row_definitions(cols, range(5), history)
+    assert [None if d is None else d.column_names for d in found.values()] == [
+        ("id", "a"), None, ("id",), None, None,
+    ]  # fmt: skip
