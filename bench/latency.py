@@ -24,6 +24,11 @@ Phases, in this order:
    tree (driver, JVM, Python workers) spent until then, which the machine's load moves
    less than the wall time.
 
+``--paired`` then measures the baseline in the same run: the pipeline restarted with
+``driverApplyMaxRows: 0`` (every micro-batch a Spark job, as before the driver path of
+:mod:`headwater.pipeline.direct`), warmed the same way, and the steady phase again.
+``--source-option key=value`` passes more source options to the pipeline.
+
 How times are taken. The workload runs in a process of its own (no GIL shared with the
 reader) and takes a row's commit time with ``time.time()`` right after its COMMIT
 returns (the commit happened before: the latency is under-stated by at most that round
@@ -207,11 +212,14 @@ def _result(proc: Any, pipe: Any, timeout: float) -> Any:
 # --- the pipeline service -------------------------------------------------------------------
 
 
-def pipeline_yaml(task_dir: Path, target_port: int, checkpoint: Path, extra: str) -> str:
+def pipeline_yaml(
+    task_dir: Path, target_port: int, checkpoint: Path, extra: str, options: dict[str, str]
+) -> str:
+    given = "".join(f", {k}: '{v}'" for k, v in options.items())
     return (
         "name: latency\n"
         f"source: {{path: {task_dir}, partitions: 2,"
-        " options: {maxBytesPerTrigger: '67108864'}}\n"
+        f" options: {{maxBytesPerTrigger: '67108864'{given}}}}}\n"
         f"checkpoint: {checkpoint}\n"
         "progress: 1\n"
         "transforms:\n  - rename_database: {bench: bench_hw}\n"
@@ -368,6 +376,28 @@ def restart(
     return float(min(visible.values()) - started)
 
 
+def steady_baseline(
+    args: Any, pipeline: Pipeline, config: Path, tmp: Path, port_t: int, port_s: int,
+    seconds: float, extra: str,
+) -> None:  # fmt: skip
+    """``--paired``: the steady phase again with every micro-batch a Spark job, the same
+    pipeline restarted with ``driverApplyMaxRows: 0`` and warmed as at the start."""
+    options = {**dict(o.split("=", 1) for o in args.source_option), "driverApplyMaxRows": "0"}
+    pipeline.kill()
+    config.write_text(pipeline_yaml(tmp / "task", port_t, tmp / "checkpoint", extra, options))
+    pipeline.prefix = []
+    pipeline.start()
+    print(f"baseline warm-up: 1,000 rows/s for {args.warm:.0f} s", file=sys.stderr)
+    paced(port_s, port_t, 1000, args.warm, 300_000_000)
+    print("baseline steady: every micro-batch a Spark job", file=sys.stderr)
+    lat = paced(port_s, port_t, args.rate, seconds, 310_000_000)
+    print(
+        f"baseline (Spark jobs only) steady {args.rate:,} rows/s, {seconds:.0f} s:"
+        f" p50 {pct(lat, 0.5):.3f} s, p90 {pct(lat, 0.9):.3f} s, p99 {pct(lat, 0.99):.3f} s,"
+        f" max {lat[-1]:.3f} s; load {os.getloadavg()[0]:.1f}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -387,6 +417,13 @@ def main() -> None:
     ap.add_argument(
         "--phases", default="steady,high,big,restart", help="comma-separated, in that order"
     )
+    ap.add_argument("--source-option", action="append", default=[], help="key=value, repeatable")
+    ap.add_argument(
+        "--paired",
+        action="store_true",
+        help="then the steady phase again with every micro-batch a Spark job"
+        " (driverApplyMaxRows=0), after a restart and a warm-up: the baseline of the same run",
+    )
     args = ap.parse_args()
     seconds = args.seconds or (10.0 if args.quick else 30.0)
     high_seconds = args.high_seconds or (8.0 if args.quick else 30.0)
@@ -404,7 +441,8 @@ def main() -> None:
             f"    {k}: '{v}'\n" for k, v in (c.split("=", 1) for c in args.spark_conf)
         )
     config = tmp / "latency.yaml"
-    config.write_text(pipeline_yaml(tmp / "task", target.port, tmp / "checkpoint", extra))
+    options = dict(o.split("=", 1) for o in args.source_option)
+    config.write_text(pipeline_yaml(tmp / "task", target.port, tmp / "checkpoint", extra, options))
     pipeline = Pipeline(config, tmp / "pipeline.log")
     figures: dict[str, float] = {}
     try:
@@ -487,6 +525,8 @@ def main() -> None:
                     f" started; load {os.getloadavg()[0]:.1f}"
                 )
             figures["restart"] = max(times)
+        if args.paired:
+            steady_baseline(args, pipeline, config, tmp, target.port, source.port, seconds, extra)
         load = os.getloadavg()
         print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end")
         ratios = {name: figures[name] / TARGETS[name] for name in TARGETS if name in figures}

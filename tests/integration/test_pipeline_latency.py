@@ -3,7 +3,7 @@ exactly as Spark jobs do.
 
 One reader task captures a seeded random workload (inserts, updates, key updates,
 deletes, multi-statement transactions) with a DDL in its middle; two pipelines read it:
-one with ``driverApplyMaxRows: 0`` (a Spark job), one in micro-batches of at most 50 rows
+one with ``driverApplyMaxRows: 0`` (a Spark job), one in micro-batches of at most 40 rows
 (``maxRowsPerTrigger``) with the default (every batch but the first in the driver). Both
 targets must equal the source, row by row and by checksum. A batch replayed in the driver
 after it was committed changes nothing (the sink's checkpoint rows skip it).
@@ -25,7 +25,7 @@ __all__ = ["reader"]  # the fixture, used by name
 
 
 def _config(path: Path, task_dir: Path, src: str, dst: str, target: MariadbSandbox, direct: bool):
-    options = "{maxRowsPerTrigger: '50'}" if direct else "{driverApplyMaxRows: '0'}"
+    options = "{maxRowsPerTrigger: '40'}" if direct else "{driverApplyMaxRows: '0'}"
     path.write_text(
         f"name: {path.stem}\n"
         f"source:\n  path: {task_dir}\n  options: {options}\n"
@@ -56,9 +56,9 @@ def test_driver_batches_give_the_state_spark_batches_give(
 ) -> None:
     running, task_dir = reader
     workload = Workload(mariadb, db, seed=11)
-    workload.run(40)
+    workload.run(30)
     mariadb.execute("ALTER TABLE orders MODIFY note VARCHAR(200) NULL", database=db)
-    workload.run(40)
+    workload.run(30)
     wait_caught_up(running.task, mariadb)
     targets = {}
     for direct in (False, True):
@@ -72,10 +72,10 @@ def test_driver_batches_give_the_state_spark_batches_give(
     assert spark_runner.writer.direct is None
     assert driver_runner.writer.direct is not None
     applied = driver_runner.writer.direct.batches
-    # batch 0 (no offset before it in the log) is Spark's; the others, of 50 rows at
-    # most, the driver's (80 transactions of 1-4 statements: 3 batches at least)
+    # batch 0 (no offset before it in the log) is Spark's; the others, of 40 rows at
+    # most, the driver's (60 transactions of 1-4 statements)
     assert 0 not in applied and len(applied) >= 2
-    assert sum(b.rows_in for b in applied.values()) > 50
+    assert sum(b.rows_in for b in applied.values()) > 40
     assert all(b.rows_out == b.rows_in for b in applied.values())
     # the widened column reached both targets in its order among the changes
     for dst, _runner in targets.values():

@@ -168,6 +168,9 @@ class DirectBatch:
     tables_out: dict[str, int] = field(default_factory=dict)
     newest_ts_us: int | None = None
     seconds: float = 0.0
+    #: of which: reading and decoding the slice, and the sinks' transactions
+    read_s: float = 0.0
+    apply_s: float = 0.0
 
 
 #: Transforms that only rename databases or tables: their row operations touch no image.
@@ -269,11 +272,14 @@ class DirectApply:
         out.rows_out = len(rows)
         out.tables_out = _count(rows)
         out.newest_ts_us = max((int(r["ts_us"]) for r in rows), default=None)
+        t1 = time.monotonic()
+        out.read_s = t1 - t0
         # (the glue's scope of an apply step: no cyclic GC, one look at the schema file)
         with gc_paused(), pinned_schemas():
             for sink in self.sinks:
                 _apply_sink(sink, rows, batch_id)
         out.seconds = time.monotonic() - t0
+        out.apply_s = out.seconds - out.read_s
         self.batches[batch_id] = out
         for gone in [b for b in self.batches if b < batch_id - 1000]:
             del self.batches[gone]

@@ -7,6 +7,11 @@ One :class:`PipelineRunner` per :class:`~headwater.pipeline.config.PipelineConfi
   and hands each micro-batch to every sink in the configured order through
   ``foreachBatch`` (with several sinks the batch is cached, so the source is read once
   per batch);
+* a micro-batch of at most ``driverApplyMaxRows`` rows (a source option, 10,000) runs no
+  Spark job: ``foreachBatch`` reads and applies it in the driver with the same decoding,
+  transforms and sink transactions (:mod:`headwater.pipeline.direct`; SQL sinks, no
+  ``filter`` or computed column, no signals), and its figures are patched into the
+  progress reports that Spark leaves empty for it;
 * progress lives in the checkpoint location (Spark's offsets and commits): a restart,
   after a clean stop or a crash, resumes from the last committed batch; a batch that was
   running at a crash is replayed with the same id and the same offsets, which the SQL
@@ -370,6 +375,8 @@ class PipelineRunner:
             self.status.count(self._recent(query), self.writer.newest_ts_us)
             ended = sys.exc_info()[1]  # the error leaving run(), if any
             self.status.finish(ended if isinstance(ended, Exception) else None)
+            if self.writer.direct is not None:
+                self.writer.direct.close()
         return 0
 
     @property
