@@ -218,6 +218,9 @@ def test_parquet_output_reads_in_duckdb(spark: Any, recorded: Any, tmp_path: Pat
     assert [t["table"] for t in manifest["tables"]] == [f"{DB}.a", f"{DB}.b"]
     assert manifest["end_seq"] == result.end_seq > result.first_seq
     for table in ("a", "b"):
+        # typed in the read: each Spark task wrote its part's file itself
+        files = sorted(p.name for p in (out / f"{DB}.{table}").glob("*.parquet"))
+        assert files == ["part-00000.parquet", "part-00001.parquet"]
         names, rows = copies[table]
         con = duckdb.connect()
         got = con.execute(
@@ -338,6 +341,11 @@ def typed_log(mariadb: MariadbSandbox, tmp_path_factory: pytest.TempPathFactory)
             cur.execute("DELETE FROM t WHERE n % 9 = 4")
             cur.execute("ALTER TABLE t MODIFY v VARCHAR(20)")
             cur.execute("UPDATE t SET v = CONCAT('s', v) WHERE n % 2 = 0")
+            # u: every column typed by the read, but v's odd rows keep integers in text
+            cur.execute("CREATE TABLE u (id INT PRIMARY KEY, v INT)")
+            cur.execute("INSERT INTO u SELECT seq, seq * 3 FROM seq_1_to_30")
+            cur.execute("ALTER TABLE u MODIFY v VARCHAR(20)")
+            cur.execute("UPDATE u SET v = CONCAT('s', v) WHERE id % 2 = 0")
             conn.commit()
         conn.close()
         wait_caught_up(run.task, mariadb)
@@ -372,3 +380,18 @@ def test_typed_values_equal_a_sequential_replay_of_the_typed_change_view(
         assert tuple(row) == tuple(state[(row.k, row.n)]), row
     assert {type(row.v) for row in got} == {str}
     assert any(row.v.startswith("s") for row in got) and any(row.v.isdigit() for row in got)
+
+
+def test_a_value_the_read_cannot_type_sends_the_parquet_write_through_the_jvm(
+    spark: Any, typed_log: Path, tmp_path: Path
+) -> None:
+    """u's columns are all typed in the read, so its tasks write Parquet themselves, but
+    its odd rows' last images hold integers in a column that is text at the point: the
+    table is written again through the JVM, which types them as the typed view does."""
+    result = replay_to_parquet(spark, typed_log, [f"{TYPED_DB}.u"], tmp_path / "u", partitions=2)
+    path = tmp_path / "u" / f"{TYPED_DB}.u"
+    assert not (path / "part-00000.parquet").exists()  # Spark's file names, not the tasks'
+    got = pq.read_table(path).to_pylist()
+    expected = {i: f"s{i * 3}" if i % 2 == 0 else str(i * 3) for i in range(1, 31)}
+    assert {r["id"]: r["v"] for r in got} == expected
+    assert len(got) == result.tables[0].rows == 30

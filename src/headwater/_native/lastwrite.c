@@ -227,14 +227,30 @@ static int key_bytes(const Shape *s, const Val *vals, Bytes *out) {
 
 /* ---- Scanner: the last write per key of one hash part -------------------------------- */
 
+#define INLINE_KEY 16 /* keys up to this long live in their entry (an integer's 9 bytes) */
+
 typedef struct {
     uint64_t hash;     /* 0: empty */
-    uint8_t *key;      /* in the arena */
-    uint32_t keylen;
-    uint8_t present;
     int64_t seq;
-    int64_t offset;    /* a put's after image start in its event */
+    uint32_t offset;   /* a put's after image start in its event */
+    uint16_t keylen;
+    uint8_t present;
+    union {
+        uint8_t bytes[INLINE_KEY];
+        uint8_t *ptr;  /* longer keys: in the arena */
+    } key;
 } Entry;
+
+static inline const uint8_t *entry_key(const Entry *e) {
+    return e->keylen <= INLINE_KEY ? e->key.bytes : e->key.ptr;
+}
+
+typedef struct {
+    size_t key_at, key_len;
+    uint64_t hash;
+    int64_t seq, offset;
+    int present;
+} Pending;
 
 typedef struct Chunk {
     struct Chunk *next;
@@ -250,6 +266,9 @@ typedef struct {
     Chunk *arena;
     Bytes kb, ka;        /* scratch keys */
     Val *vb, *va;        /* scratch values, 64 each */
+    Pending *pending;    /* the event's writes not yet applied */
+    size_t npending, cap_pending;
+    Bytes keys;          /* their keys */
 } Scanner;
 
 static void Scanner_dealloc(Scanner *self) {
@@ -264,6 +283,8 @@ static void Scanner_dealloc(Scanner *self) {
     PyMem_Free(self->ka.b);
     PyMem_Free(self->vb);
     PyMem_Free(self->va);
+    PyMem_Free(self->pending);
+    PyMem_Free(self->keys.b);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -342,35 +363,80 @@ static int grow(Scanner *self) {
 }
 
 /* Records a write to `key` (when it is of this part): put (present, offset) or remove. */
-static int record_write(Scanner *self, const Bytes *key, int64_t seq, int present, int64_t offset) {
-    uint64_t h = hash_of(key->b, key->len);
-    if (self->parts > 1 && (h >> 32) % self->parts != self->part) return 0;
+static int record_write(Scanner *self, const uint8_t *kb, size_t klen, uint64_t h, int64_t seq,
+                        int present, int64_t offset) {
     size_t mask = self->cap - 1, j = h & mask;
     for (;;) {
         Entry *e = &self->table[j];
         if (!e->hash) break;
-        if (e->hash == h && e->keylen == key->len && memcmp(e->key, key->b, key->len) == 0) {
+        if (e->hash == h && e->keylen == klen && memcmp(entry_key(e), kb, klen) == 0) {
             e->seq = seq;
             e->present = (uint8_t)present;
-            e->offset = offset;
+            e->offset = (uint32_t)offset;
             return 0;
         }
         j = (j + 1) & mask;
     }
     if ((self->used + 1) * 10 > self->cap * 7) {
         if (grow(self) < 0) return -1;
-        return record_write(self, key, seq, present, offset);
+        return record_write(self, kb, klen, h, seq, present, offset);
     }
-    uint8_t *copy = arena_copy(self, key->b, key->len);
-    if (copy == NULL) return -1;
     Entry *e = &self->table[j];
+    if (klen <= INLINE_KEY) {
+        memcpy(e->key.bytes, kb, klen);
+    } else {
+        uint8_t *copy = arena_copy(self, kb, klen);
+        if (copy == NULL) return -1;
+        e->key.ptr = copy;
+    }
     e->hash = h;
-    e->key = copy;
-    e->keylen = (uint32_t)key->len;
+    e->keylen = (uint16_t)klen;
     e->seq = seq;
     e->present = (uint8_t)present;
-    e->offset = offset;
+    e->offset = (uint32_t)offset;
     self->used++;
+    return 0;
+}
+
+/* The writes of one event, gathered before they are applied so that the table slots they
+ * touch are prefetched together (each is a cache miss in a table of millions of keys). */
+static int pend(Scanner *self, const Bytes *key, int64_t seq, int present, int64_t offset) {
+    if (key->len > UINT16_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a key of more than 65535 bytes");
+        return -1;
+    }
+    uint64_t h = hash_of(key->b, key->len);
+    if (self->parts > 1 && (h >> 32) % self->parts != self->part) return 0;
+    if (self->npending == self->cap_pending) {
+        size_t cap = self->cap_pending ? self->cap_pending * 2 : 256;
+        Pending *p = PyMem_Realloc(self->pending, cap * sizeof(Pending));
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->pending = p;
+        self->cap_pending = cap;
+    }
+    Pending *w = &self->pending[self->npending++];
+    w->key_at = self->keys.len;
+    w->key_len = key->len;
+    w->hash = h;
+    w->seq = seq;
+    w->offset = offset;
+    w->present = present;
+    __builtin_prefetch(&self->table[h & (self->cap - 1)], 1);
+    return put_bytes(&self->keys, key->b, key->len);
+}
+
+static int apply_pending(Scanner *self) {
+    for (size_t i = 0; i < self->npending; i++) {
+        const Pending *w = &self->pending[i];
+        if (record_write(self, self->keys.b + w->key_at, w->key_len, w->hash, w->seq, w->present,
+                         w->offset) < 0)
+            return -1;
+    }
+    self->npending = 0;
+    self->keys.len = 0;
     return 0;
 }
 
@@ -407,7 +473,8 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "op %d", op);
         goto done;
     }
-    if (pos < 0 || end > view.len || ordinal < 0 || ordinal >= (1LL << 31)) {
+    if (pos < 0 || end > view.len || end > (Py_ssize_t)UINT32_MAX || ordinal < 0 ||
+        ordinal >= (1LL << 31)) {
         PyErr_SetString(PyExc_ValueError, "pos, end or ordinal out of range");
         goto done;
     }
@@ -419,15 +486,15 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
         if (walk(a, buf, end, &pos, self->vb) < 0 || key_bytes(a, self->vb, &self->kb) < 0)
             goto done;
         if (op == OP_INSERT) {
-            if (record_write(self, &self->kb, seq, 1, at) < 0) goto done;
+            if (pend(self, &self->kb, seq, 1, at) < 0) goto done;
         } else if (op == OP_DELETE) {
-            if (record_write(self, &self->kb, seq, 0, 0) < 0) goto done;
+            if (pend(self, &self->kb, seq, 0, 0) < 0) goto done;
         } else {
             at = pos;
             if (walk(b, buf, end, &pos, self->va) < 0 || key_bytes(b, self->va, &self->ka) < 0)
                 goto done;
-            if (!same(&self->kb, &self->ka) && record_write(self, &self->kb, seq, 0, 0) < 0) goto done;
-            if (record_write(self, &self->ka, seq, 1, at) < 0) goto done;
+            if (!same(&self->kb, &self->ka) && pend(self, &self->kb, seq, 0, 0) < 0) goto done;
+            if (pend(self, &self->ka, seq, 1, at) < 0) goto done;
         }
         row++;
         if (row >= (1LL << 32)) {
@@ -435,15 +502,50 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
             goto done;
         }
     }
+    if (apply_pending(self) < 0) goto done;
     result = PyLong_FromLongLong(row);
 done:
+    self->npending = 0; /* after an error nothing of the event is applied */
+    self->keys.len = 0;
     PyBuffer_Release(&view);
     return result;
 }
 
-static int by_seq(const void *x, const void *y) {
-    int64_t a = ((const int64_t *)x)[0], b = ((const int64_t *)y)[0];
-    return (a > b) - (a < b);
+/* Sorts n (seq, offset) pairs by seq (>= 0): LSD radix sort by 16-bit digits, skipping
+ * the digits all seqs share (an event ordinal and a row index use few of the 64 bits). */
+static int sort_pairs(int64_t *pairs, size_t n) {
+    int64_t *tmp = PyMem_Malloc((n ? n : 1) * 2 * sizeof(int64_t));
+    size_t *count = PyMem_Malloc(65536 * sizeof(size_t));
+    if (tmp == NULL || count == NULL) {
+        PyMem_Free(tmp);
+        PyMem_Free(count);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int64_t *src = pairs, *dst = tmp;
+    for (int shift = 0; shift < 64; shift += 16) {
+        memset(count, 0, 65536 * sizeof(size_t));
+        for (size_t i = 0; i < n; i++) count[(uint64_t)src[2 * i] >> shift & 0xFFFF]++;
+        if (n == 0 || count[(uint64_t)src[0] >> shift & 0xFFFF] == n) continue;
+        size_t at = 0;
+        for (size_t d = 0; d < 65536; d++) {
+            size_t c = count[d];
+            count[d] = at;
+            at += c;
+        }
+        for (size_t i = 0; i < n; i++) {
+            size_t to = count[(uint64_t)src[2 * i] >> shift & 0xFFFF]++;
+            dst[2 * to] = src[2 * i];
+            dst[2 * to + 1] = src[2 * i + 1];
+        }
+        int64_t *swap = src;
+        src = dst;
+        dst = swap;
+    }
+    if (src != pairs) memcpy(pairs, src, n * 2 * sizeof(int64_t));
+    PyMem_Free(tmp);
+    PyMem_Free(count);
+    return 0;
 }
 
 /* survivors() -> (seqs, offsets): the puts that are their key's last write, as two bytes
@@ -463,7 +565,10 @@ static PyObject *Scanner_survivors(Scanner *self, PyObject *unused) {
             k++;
         }
     }
-    qsort(pairs, n, 2 * sizeof(int64_t), by_seq);
+    if (sort_pairs(pairs, n) < 0) {
+        PyMem_Free(pairs);
+        return NULL;
+    }
     PyObject *seqs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
     PyObject *offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
     if (seqs == NULL || offsets == NULL) {

@@ -1,14 +1,22 @@
 """Replay tables to Parquet (see the package docstring for the output layout).
 
+A table the key-first read takes (:func:`headwater.spark.asof.key_first_read`) whose
+columns all come typed from the read is written by the Spark tasks themselves, Arrow
+straight to Parquet with pyarrow (:class:`ParquetParts`, one file per part): no row
+crosses into the JVM. Should a part meet a value the read cannot type (e.g. integers
+logged before an ALTER made the column text), the table is written again the general
+way (``table_as_of(...).write.parquet``), whose JVM types it as the typed view does.
+
 Invariant: the manifest ``_replay.json`` is written last, by temporary file and rename, so
-a directory with a manifest holds every table it names, complete.
+a directory with a manifest holds every table it names, complete. A part's file is
+written under a temporary name and renamed, so a retried task replaces it whole.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,13 +25,22 @@ from typing import TYPE_CHECKING
 import orjson
 
 from headwater.errors import ConfigError
-from headwater.spark.asof import PARTIAL_IMAGE, plan_as_of, table_as_of
+from headwater.spark.asof import PARTIAL_IMAGE, key_first_read, plan_as_of, table_as_of
+from headwater.spark.asofscan import ScanSpec
 from headwater.store import EARLIEST, LATEST
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
-__all__ = ["MANIFEST", "ReplayResult", "TableReplay", "replay_to_parquet", "spark_errors"]
+__all__ = [
+    "MANIFEST",
+    "ParquetParts",
+    "ReplayResult",
+    "TableReplay",
+    "replay_to_parquet",
+    "spark_errors",
+]
 
 MANIFEST = "_replay.json"
 
@@ -72,6 +89,74 @@ def pq_rows(path: Path) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(path.glob("*.parquet")))
 
 
+class ParquetParts:
+    """``mapInArrow`` body over ``spark.range(parts)``: each part's rows written by the
+    task to ``<directory>/part-NNNNN.parquet``; yields ``(part, rows, odd)`` per part,
+    ``odd`` when a value needed typing in the JVM (then no file is left)."""
+
+    SCHEMA = "part int, rows long, odd boolean"
+
+    def __init__(self, scan: ScanSpec, directory: str) -> None:
+        self.scan = scan
+        self.directory = directory
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        from headwater.gcpause import gc_paused
+
+        with gc_paused():
+            for batch in batches:
+                for part in batch.column(0).to_pylist():
+                    rows, odd = self.write(part)
+                    yield pa.RecordBatch.from_pydict(
+                        {"part": [part], "rows": [rows], "odd": [odd]},
+                        schema=pa.schema(
+                            [("part", pa.int32()), ("rows", pa.int64()), ("odd", pa.bool_())]
+                        ),
+                    )
+
+    def write(self, part: int) -> tuple[int, bool]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        scan = self.scan
+        schema = scan.typed_schema()
+        path = os.path.join(self.directory, f"part-{part:05d}.parquet")
+        tmp = path + ".tmp"
+        rows = 0
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for table in scan.read_part(part):
+                n = table.num_rows
+                if any(table[f"_t{c.index}"].null_count != n for c in scan.columns):
+                    writer.close()
+                    os.unlink(tmp)
+                    return 0, True
+                typed = [table[f"_v{c.index}"] for c in scan.columns]
+                writer.write_table(pa.Table.from_arrays(typed, schema=schema))
+                rows += n
+        os.replace(tmp, path)
+        return rows, False
+
+
+def _write_typed(spark: SparkSession, scan: ScanSpec, path: Path) -> bool:
+    """Write the key-first read's rows of ``scan`` straight to Parquet under ``path``
+    (:class:`ParquetParts`); False when a part needs the JVM's typing (nothing written)."""
+    import shutil
+    import warnings
+
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # pandas 3 notice (asof.py)
+        parts = spark.range(scan.parts, numPartitions=scan.parts)
+        done = parts.mapInArrow(ParquetParts(scan, str(path)), ParquetParts.SCHEMA).collect()
+    if any(row.odd for row in done):
+        shutil.rmtree(path, ignore_errors=True)
+        return False
+    return True
+
+
 def replay_to_parquet(
     spark: SparkSession,
     log: str | os.PathLike[str] | Mapping[str, str],
@@ -105,6 +190,14 @@ def replay_to_parquet(
             log, table, as_of=as_of, start=base_position or EARLIEST, partitions=partitions
         )
         first, end = plan.first_seq, plan.end_seq
+        path = out / table
+        scan = None if table_base is not None else key_first_read(spark, plan, table, partitions)
+        if scan is not None and scan.typed:
+            with spark_errors():
+                if _write_typed(spark, scan, path):
+                    names = tuple(c.name for c in scan.columns)
+                    done.append(TableReplay(table, str(path), pq_rows(path), names))
+                    continue
         df = table_as_of(
             spark,
             log,
@@ -115,7 +208,6 @@ def replay_to_parquet(
             partitions=partitions,
             plan=plan,
         )
-        path = out / table
         with spark_errors():
             df.write.mode("overwrite").parquet(str(path))
         rows = pq_rows(path)

@@ -64,7 +64,7 @@ from headwater.store import EARLIEST, LATEST
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["PARTIAL_IMAGE", "AsOfPlan", "plan_as_of", "table_as_of"]
+__all__ = ["PARTIAL_IMAGE", "AsOfPlan", "key_first_read", "plan_as_of", "table_as_of"]
 
 #: The largest event index: a position at the very end of its transaction.
 _END_OF_TRANSACTION = 2**31 - 1
@@ -212,6 +212,29 @@ def _refuse_past_end(as_of: str, ending: Any, last: Any, log_end: int) -> None:
         )
 
 
+def key_first_read(
+    spark: SparkSession, plan: AsOfPlan, table: str, partitions: int | None = None
+) -> ScanSpec | None:
+    """The key-first read of ``plan`` (:mod:`headwater.spark.asofscan`: no shuffle), or
+    None when the table's key is not one it reads (or the range is empty). One part per
+    input slice the size deserves (:func:`plan_as_of`), at most one per core, unless
+    ``partitions`` says."""
+    if not plan.slices or not key_scan_kinds(plan.definitions):
+        return None
+    parts = partitions or max(1, min(len(plan.slices), spark.sparkContext.defaultParallelism))
+    spec = read_spec(table, plan.definition, plan.slices, plan.widths)
+    return ScanSpec(
+        table,
+        plan.slices[0].options,
+        plan.first_seq,
+        plan.end_seq,
+        spec.columns,
+        plan.definition.primary_key,
+        plan.widths,
+        parts,
+    )
+
+
 def table_as_of(
     spark: SparkSession,
     log: str | os.PathLike[str] | Mapping[str, str],
@@ -252,19 +275,10 @@ def table_as_of(
             return text
         return F.coalesce(F.col(f"_v{i}"), text)
 
-    if base is None and plan.slices and key_scan_kinds(plan.definitions):
+    scan = None if base is not None else key_first_read(spark, plan, table, partitions)
+    if scan is not None:
         # The key-first read (asofscan.py): no shuffle; each part reads the whole range.
-        parts = partitions or max(1, min(len(plan.slices), spark.sparkContext.defaultParallelism))
-        scan = ScanSpec(
-            table,
-            plan.slices[0].options,
-            plan.first_seq,
-            plan.end_seq,
-            spec.columns,
-            definition.primary_key,
-            plan.widths,
-            parts,
-        )
+        parts = scan.parts
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             rows = spark.range(parts, numPartitions=parts)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from headwater.binlog.codec import DECODE_ERRORS, row_decoder_for
+from headwater.binlog.codec import DECODE_ERRORS, NATIVE, row_decoder_for
 from headwater.binlog.events import DecodeContext, parse_event
 from headwater.binlog.rows import ROWS_EVENT_TYPES, _cached_layout, rows_event_table_id
 from headwater.changes import iter_payload_events
@@ -136,6 +136,18 @@ class ScanSpec:
             fields.append(pa.field(f"_t{spec.index}", pa.string()))
         return pa.schema(fields)
 
+    @property
+    def typed(self) -> bool:
+        """Whether every column's values can come typed from the read (``_v``): then a
+        part whose ``_t`` columns are all null needs no typing in the JVM."""
+        return all(c.fast is not None for c in self.columns)
+
+    def typed_schema(self) -> pa.Schema:
+        """The table's columns as the typed view types them (when :attr:`typed`)."""
+        import pyarrow as pa
+
+        return pa.schema([pa.field(c.name, c.fast) for c in self.columns])
+
     def read(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``mapInArrow`` body over ``spark.range(parts)``: each id's part of the state."""
         names = self.arrow_schema().names
@@ -192,6 +204,11 @@ class _Table:
         self.spec = spec
         self.shapes: dict[tuple[int, ...], _Shape] = {}
 
+    def native(self, present: tuple[int, ...]) -> Any:
+        """The compiled image of ``present`` (``_rowimage.Image``), or None: the
+        decoder's own choice (binlog/codec.py RowDecoder), asked once per shape."""
+        return self.decoder._native(present)
+
     def shape(self, present: tuple[int, ...]) -> _Shape:
         found = self.shapes.get(present)
         if found is not None:
@@ -244,15 +261,34 @@ class _Event:
     def after_images(self, rows: list[int], offsets: list[int], count: int) -> list[Any]:
         """The after images of ``rows`` (row indexes; their images start at ``offsets``)."""
         decoder = self.table.decoder
-        shape = self.second if self.second is not None else self.first
-        present = shape.present
-        if self.second is None and len(rows) * 2 >= count:
-            every = decoder.decode_rows(self.buf, self.pos, len(self.buf), present)
-            return [every[r] for r in rows]
-        return [decoder.decode_image(self.buf, off, present)[0] for off in offsets]
+        buf = self.buf
+        if len(rows) * _BULK >= count:
+            # Most rows survive: one call decodes the event (in C where it can).
+            if self.second is None:
+                every = decoder.decode_rows(buf, self.pos, len(buf), self.first.present)
+                return [every[r] for r in rows]
+            pairs = decoder.decode_row_pairs(
+                buf, self.pos, len(buf), self.first.present, self.second.present
+            )
+            return [pairs[r][1] for r in rows]
+        present = (self.second or self.first).present
+        native = self.table.native(present) if NATIVE else None
+        if native is not None:
+            from headwater._native._rowimage import image
+
+            try:
+                done = [image(native, buf, off) for off in offsets]
+            except IndexError:
+                raise TruncatedError("row image runs past the end of the event") from None
+            if None not in done:
+                return [d[0] for d in done]  # type: ignore[index]
+        return [decoder.decode_image(buf, off, present)[0] for off in offsets]
 
 
 _OPS = {"insert": 0, "update": 1, "delete": 2}
+#: An event whose surviving rows are at least 1/_BULK of its rows is decoded whole (one
+#: call into C, then the survivors picked) rather than image by image.
+_BULK = 8
 
 
 class _Walker:

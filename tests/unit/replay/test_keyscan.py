@@ -183,3 +183,29 @@ def test_a_row_past_the_end_raises() -> None:
         Shape((4, -1), ((1, KEY_SIGNED),))  # a text column read as an integer
     with pytest.raises(ValueError):
         Scanner(2, 2)
+
+
+def test_long_text_keys_moved_and_deleted() -> None:
+    """Keys longer than an entry holds inline (lastwrite.c INLINE_KEY) live in its arena."""
+    shape = Shape((-2, 4), ((0, KEY_TEXT),))
+    scanner = Scanner(1, 0)
+
+    def row(key: str, x: int) -> bytes:
+        data = key.encode()
+        return b"\x00" + struct.pack("<H", len(data)) + data + struct.pack("<i", x)
+
+    long = [f"{'k' * 40}-{i}" for i in range(200)]
+    inserts = b"".join(row(k, i) for i, k in enumerate(long))
+    scanner.scan(INSERT, shape, None, inserts, 0, len(inserts), 0)
+    moves = b"".join(row(long[i], i) + row(long[i] + "-moved", i) for i in range(0, 200, 2))
+    scanner.scan(UPDATE, shape, shape, moves, 0, len(moves), 1)
+    deletes = b"".join(row(long[i], i) for i in range(1, 200, 4))
+    scanner.scan(DELETE, shape, None, deletes, 0, len(deletes), 2)
+    seqs, _offsets = scanner.survivors()
+    survivors = struct.unpack(f"<{len(seqs) // 8}q", seqs)
+    assert scanner.keys == 300  # 200 keys, 100 new ones
+    # 100 moved rows (event 1), and the odd rows not deleted (event 0)
+    assert [s >> 32 for s in survivors].count(1) == 100
+    assert sorted(s & 0xFFFFFFFF for s in survivors if s >> 32 == 0) == [
+        i for i in range(1, 200, 2) if i % 4 != 1
+    ]
