@@ -289,6 +289,7 @@ def _apply_batches(
         col["key"],
         col["after"],
         col["role"],
+        arrow=data,
     )
     part_shard = {key: shard for shard, key in enumerate(keys)}
     parts: list[int] = col["part"]

@@ -315,6 +315,9 @@ class ChangeColumns:
     role: list[int]
 
     _positions: dict[tuple[int, int, int, int], Position] = field(default_factory=dict)
+    #: The same rows as an Arrow table with ``key``, ``op`` and ``role`` columns (the
+    #: glue's), or None: with it, large collapses find each key's rows in Arrow/numpy.
+    arrow: Any = None
 
     def position(self, i: int) -> Position:
         """Row ``i``'s position (rows of one binlog event share one object)."""
@@ -343,6 +346,8 @@ def collapse_column_rows(
     a tuple per row."""
     op, role, after = cols.op, cols.role, cols.after
     _check(cols, order)
+    if cols.arrow is not None and len(order) >= _ARROW_ROWS and _one_table(cols):
+        return _collapse_arrow(cols, order, width)
     keys = cols.key
     idents: Sequence[Any] = keys
     if not _one_table(cols):
@@ -381,6 +386,90 @@ def collapse_column_rows(
     seq = cols.sequence
     effects.sort(key=lambda e: seq[e[1]])
     return effects
+
+
+#: From this many rows on, :func:`collapse_column_rows` groups keys in Arrow and numpy
+#: (a few fixed calls) when the columns come with their Arrow table.
+_ARROW_ROWS = 512
+
+
+def _collapse_arrow(
+    cols: ChangeColumns, order: Sequence[int], width: Callable[[int], int | None] | None
+) -> list[ColumnEffect]:
+    """:func:`collapse_column_rows` of one table's rows with each key's first and last
+    row found in C (Arrow's dictionary encoding of the key texts, numpy's ``unique``),
+    and the effects ordered by their last row (``order`` is in sequence order); Python
+    runs per effect only to parse the image, and per row only for keys whose images
+    must be merged."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = np.asarray(order, dtype=np.int64)
+    n = len(rows)
+    table = cols.arrow
+    keys = table.column("key").take(pa.array(rows))
+    if isinstance(keys, pa.ChunkedArray):  # one dictionary for all (not one per chunk)
+        keys = keys.combine_chunks()
+    code = pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False)
+    # Each key's first position in ``order``, and its last (the first one backwards).
+    _, first_at = np.unique(code, return_index=True)
+    _, back_at = np.unique(code[::-1], return_index=True)
+    last_at = n - 1 - back_at
+    by_last = np.argsort(last_at, kind="stable")
+    firsts, lasts = rows[first_at[by_last]], rows[last_at[by_last]]
+    ops, roles = table.column("op"), table.column("role")
+    gone = pc.or_(pc.equal(ops, "delete"), pc.equal(roles, ROLE_OLD)).fill_null(False)
+    made = pc.or_(pc.equal(ops, "insert"), pc.equal(roles, ROLE_NEW)).fill_null(False)
+    gone_np, made_np = _bools(gone), _bools(made)
+    ends_gone = gone_np[lasts]
+    keep = ~(ends_gone & made_np[firsts])  # created in this batch and gone again: nothing
+    loads, after = orjson.loads, cols.after
+    effects: list[ColumnEffect] = [
+        (f, last, DELETE, None) if g else (f, last, UPSERT, _image(loads, after[last]))
+        for f, last, g in zip(
+            firsts[keep].tolist(), lasts[keep].tolist(), ends_gone[keep].tolist(), strict=True
+        )
+    ]
+    # Upserts of keys with several rows: merged unless their last image is a full one.
+    merge: dict[int, int] = {}  # effect index -> key code
+    several = ((firsts != lasts) & ~ends_gone)[keep]
+    if several.any():
+        codes_by_effect = code[first_at[by_last]][keep]
+        for j in np.flatnonzero(several).tolist():
+            _, last, _, put = effects[j]
+            full = width(last) if width is not None else None
+            if full is None or len(put or ()) < full:
+                merge[j] = int(codes_by_effect[j])
+    if merge:
+        wanted = set(merge.values())
+        rows_of: dict[int, list[int]] = {}
+        for c, i in zip(code.tolist(), order, strict=True):
+            if c in wanted:
+                rows_of.setdefault(c, []).append(i)
+        for j, c in merge.items():
+            image: dict[str, Any] = {}
+            for p in rows_of[c]:  # merge the puts since the last delete (MINIMAL)
+                if gone_np[p]:
+                    image = {}
+                elif (text := after[p]) is not None:
+                    image.update(loads(text))
+            first, last, action, _ = effects[j]
+            effects[j] = (first, last, action, image)
+    return effects
+
+
+def _bools(values: Any) -> Any:
+    """A boolean Arrow array or chunked array as a numpy array."""
+    import pyarrow as pa
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return values.to_numpy(zero_copy_only=False)
+
+
+def _image(loads: Callable[[str], Any], text: str | None) -> dict[str, Any]:
+    return {} if text is None else loads(text)
 
 
 def column_effect(cols: ChangeColumns, effect: ColumnEffect) -> NetEffect:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import dataclasses
 import zlib
 from typing import Any
+from unittest import mock
 
 import orjson
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from headwater.changes import ChangeRow
 from headwater.errors import SinkError
 from headwater.position import Position
+from headwater.sinks import merge
 from headwater.sinks.base import as_change
 from headwater.sinks.merge import (
     DELETE,
@@ -220,7 +223,7 @@ def test_net_effect_equals_applying_every_change_in_order(
 
 
 def columnar_net(
-    changes: list[ChangeRow], count: int, width: int | None = None
+    changes: list[ChangeRow], count: int, width: int | None = None, arrow: bool = False
 ) -> dict[int, list[NetEffect]]:
     """The Spark glue's path: each row's copies (route_row on ``key`` and ``before_key``,
     as JSON text as the Arrow columns carry them) spread over ``count`` shards by a hash
@@ -252,8 +255,13 @@ def columnar_net(
             [None if c.after is None else orjson.dumps(c.after).decode() for c, _, _ in rows],
             [role for _, role, _ in rows],
         )
+        if arrow:  # the glue's Arrow table beside the lists: keys grouped in Arrow/numpy
+            cols.arrow = pa.table(
+                {"key": cols.key, "op": cols.op, "role": pa.array(cols.role, pa.int32())}
+            )
         order = sorted(range(len(rows)), key=cols.sequence.__getitem__)
-        out[shard] = collapse_columns(cols, order, None if width is None else lambda i: width)
+        with mock.patch.object(merge, "_ARROW_ROWS", 0):
+            out[shard] = collapse_columns(cols, order, None if width is None else lambda i: width)
     return out
 
 
@@ -283,13 +291,15 @@ def minimal_histories(draw: st.DrawFn) -> list[ChangeRow]:
     st.one_of(histories().map(lambda h: h[1]), minimal_histories()),
     st.integers(1, 4),
     st.sampled_from([None, 2]),
+    st.booleans(),
 )
 def test_columnar_routing_and_collapse_equal_explode_and_collapse(
-    changes: list[ChangeRow], count: int, width: int | None
+    changes: list[ChangeRow], count: int, width: int | None, arrow: bool
 ) -> None:
     """With the tables' width (2: ``id``, ``v``) a full last image stands for the key's
-    earlier ones; without it every image is merged; both equal the reference."""
-    by_shard = columnar_net(changes, count, width)
+    earlier ones; without it every image is merged; both equal the reference, on lists
+    and with the glue's Arrow table (``arrow``)."""
+    by_shard = columnar_net(changes, count, width, arrow)
     reference = net(changes)
     assert comparable([e for effects in by_shard.values() for e in effects]) == comparable(
         reference
