@@ -297,13 +297,15 @@ class _Walker:
     def __init__(self, spec: ScanSpec, log: Any) -> None:
         self.spec = spec
         self.log = log
-        self.tables: dict[tuple[int, int], _Table] = {}
+        #: (id of a TableMap, schema version) -> (that map, its _Table or None)
+        self.known: dict[tuple[int, int], tuple[TableMap, _Table | None]] = {}
         self.maps: dict[bytes, Any] = {}
 
     def events(self) -> Iterator[_Event]:
         spec, log = self.spec, self.log
         want = spec.options.tables
         schema = log.schema
+        known = self.known
         for rec in log.records(spec.first_seq, spec.end_seq):
             if not want.record_wanted(rec.tables):
                 continue
@@ -321,7 +323,17 @@ class _Walker:
                 if tm is None:
                     parse_event(raw, ctx)  # raises: a rows event without its TABLE_MAP
                     continue
-                if not want(tm.schema, tm.table):
+                # the table of this map at this schema version (None: another table),
+                # asked once: the columns depend on nothing else
+                hit = known.get((id(tm), rec.schema_version))
+                if hit is None or hit[0] is not tm:
+                    table = None
+                    if want(tm.schema, tm.table):
+                        columns = schema.columns_for(tm, rec.position) if schema else None
+                        table = _Table(spec, tm, columns)
+                    hit = known[(id(tm), rec.schema_version)] = (tm, table)
+                table = hit[1]
+                if table is None:
                     continue
                 if code == _PARTIAL_UPDATE_ROWS:
                     raise ConfigError(
@@ -329,17 +341,12 @@ class _Walker:
                         "(binlog_row_value_options=PARTIAL_JSON); a replay needs full images",
                         field="as_of",
                     )
-                yield self._event(code, raw.body, tm, rec, expected, schema, size)
+                yield self._event(code, raw.body, table, rec, expected, size)
 
     def _event(
-        self, code: int, body: Any, tm: TableMap, rec: Any, expected: int | None, schema: Any,
-        size: int,
-    ) -> _Event:  # fmt: skip
-        columns = schema.columns_for(tm, rec.position) if schema is not None else None
-        key = (id(tm), id(columns))
-        table = self.tables.get(key)
-        if table is None or table.tm is not tm or table.columns is not columns:
-            table = self.tables[key] = _Table(self.spec, tm, columns)
+        self, code: int, body: Any, table: _Table, rec: Any, expected: int | None, size: int
+    ) -> _Event:
+        tm = table.tm
         try:
             kind, _f, _x, _w, first, second, buf, pos = _cached_layout(code, bytes(body), tm, size)
         except DECODE_ERRORS:
