@@ -8,19 +8,31 @@
     df.exceptAll(df2)                                  # what changed between the two points
 
 How (the algorithm and why it is correct: :mod:`headwater.spark.lastwrite`): the
-driver plans the table's records up to ``as_of`` in slices as the ``headwater`` source
-plans a batch (:func:`plan_as_of`); each slice is one task
-(``spark.range(slices).mapInArrow``) that decodes its records straight into the
-table's columns, typed with the definition in force at ``as_of`` (matched by name), and
-turns every change into one or two key-slot writes (:mod:`headwater.spark.asofread`: no
-JSON image, no 19-column change row; only the before image's key is kept). The JVM
-gives each write its slot, the key's final typed values (``_k*``), the writes are
-hash-partitioned by slot (``repartition(n, keys)``: every write to one key lands in one
-partition), each partition keeps its last write per slot (``mapInArrow``, one
-vectorized sort by slot and sequence), and the JVM types the values the read left as
-text (odd values, and the types read as text: dates, times, binary, SET, JSON, ...)
-exactly as :func:`headwater.spark.views.table_changes` types them, on the surviving
-rows only. The result has the table's columns as of ``as_of``, one row per key.
+state is, per primary key, the key's last write when it is a put. The driver plans the
+table's records up to ``as_of`` in slices as the ``headwater`` source plans a batch
+(:func:`plan_as_of`). Then one of two reads:
+
+* **key-first** (:func:`key_first_read`, :mod:`headwater.spark.asofscan`), for a table
+  without a base image whose key columns are integers or utf8/ascii text in every schema
+  version of the range: ``parts`` tasks (``spark.range(parts).mapInArrow``), each reading
+  the whole range for the keys hashed to it. A C pass reads only the key columns of
+  every row image and keeps each key's last write; then only the surviving puts' after
+  images are decoded. No shuffle, one Spark job; the JVM types what the read left as
+  text, as below. :func:`headwater.replay.replay_to_parquet` goes further for tables
+  whose values all come typed: the tasks write the Parquet themselves.
+* **shuffle** (the others): each slice is one task that decodes its records straight
+  into the table's columns, typed with the definition in force at ``as_of`` (matched by
+  name), and turns every change into one or two key-slot writes
+  (:mod:`headwater.spark.asofread`: no JSON image, no 19-column change row; only the
+  before image's key is kept). The JVM gives each write its slot, the key's final typed
+  values (``_k*``), the writes are hash-partitioned by slot (``repartition(n, keys)``:
+  every write to one key lands in one partition), each partition keeps its last write
+  per slot (``mapInArrow``, one vectorized sort by slot and sequence).
+
+Either way the JVM types the values the read left as text (odd values, and the types
+read as text: dates, times, binary, SET, JSON, ...) exactly as
+:func:`headwater.spark.views.table_changes` types them, on the surviving rows only. The
+result has the table's columns as of ``as_of``, one row per key.
 
 ``as_of`` is exclusive as the source's ``endingPosition`` is: ``gtid:SET`` is the state
 after exactly the transactions of SET (the read stops at the first record whose GTID is

@@ -46,6 +46,12 @@ ALTER of the key column): then ``present`` orders its remove before its put, and
 row stays, as the update left it.
 Base-image rows (a snapshot or mirror taken at the replay's start) are puts with
 sequence -1: any change in the log after the base overrides them.
+
+The same argument needs no shuffle when each task reads every change and keeps the
+slots hashed to it (:mod:`headwater.spark.asofscan`, the key-first read): a task then
+sees every write to its slots in log order, so overwriting a slot's entry write by
+write leaves its last write; and since a put's value is its after image alone, only the
+after images of the last puts need decoding (the others are read for their keys only).
 """
 
 from __future__ import annotations
