@@ -77,7 +77,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headwater.logs.lag import heartbeat_lag
-from headwater.store._fs import atomic_write
 
 if TYPE_CHECKING:
     from headwater.pipeline.config import PipelineConfig
@@ -375,9 +374,9 @@ class StatusReporter:
         data = json.dumps(doc).encode()
         try:
             self.config.checkpoint.mkdir(parents=True, exist_ok=True)
-            atomic_write(str(self.status_path), data)
+            _replace(self.status_path, data)
             self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(str(self.metrics_path), render_metrics(doc).encode())
+            _replace(self.metrics_path, render_metrics(doc).encode())
         except OSError as e:
             log.warning("pipeline %s: cannot write its status: %s", self.config.name, e)
         if self.config.monitoring.report:
@@ -422,6 +421,17 @@ class StatusReporter:
             level = logging.DEBUG if self._post_failed else logging.INFO
             log.log(level, "pipeline %s: status not reported to %s: %s", self.config.name, url, e)
             self._post_failed = True
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` by a temporary file and a rename (a reader never
+    sees half a file), without fsync: the document is rewritten every interval and a
+    crash may lose the last one, while each fsync here (of the file and of the checkpoint
+    directory) forced a journal commit of the file system that Spark's offset and commit
+    logs of the running micro-batch share."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def _observed(progress: Any, key: str) -> int | None:
