@@ -47,7 +47,7 @@ from headwater.client.rawfeed import RawFeed
 from headwater.client.runs import Changes, Run, RunQueue
 from headwater.client.transport import Readers
 from headwater.coordination import FencedError
-from headwater.coordination.checkpoints import CheckpointStore, GroupState
+from headwater.coordination.checkpoints import CheckpointStore, GroupState, claim_all
 from headwater.coordination.sqlstore import SqlStore
 from headwater.coordination.zk import DEFAULT_SESSION_TIMEOUT
 from headwater.errors import ConfigError, HeadwaterError
@@ -166,6 +166,10 @@ class Shard:
         self.saved_at = time.monotonic()
         self.busy = False
         self.paused = False  # the raw feed skips it while its queue is full (feed thread only)
+        # the feed has more for it at once (mid-page, or its last fetch was cut): a worker
+        # waits up to max_wait for a batch to fill only then; a caught-up feed has nothing
+        # coming, so a partial batch goes at once
+        self.more = True
         self.taken = 0  # changes the worker took from the queue: progress, for the feed
         self.active = True
         self.thread: threading.Thread | None = None
@@ -177,12 +181,14 @@ class Shard:
         limit: int,
         grace: float | None = None,
         urgent: Callable[[], bool] | None = None,
+        more: bool = True,
     ) -> bool:
         """Queue the changes of ``runs``; every change of this shard below ``upto`` is now
         queued or handled. With changes to add, first wait until the queue is no longer than
         ``limit``; if its worker takes nothing for ``grace`` seconds meanwhile (a stuck or
         very slow handler), or as soon as ``urgent()`` (a newly assigned shard waits for
-        the feed), give up: False, nothing queued, ``fed`` unchanged."""
+        the feed), give up: False, nothing queued, ``fed`` unchanged. ``more``: whether
+        the feed has more changes at once (see ``Shard.more``)."""
         with self.cond:
             seen, since = self.taken, time.monotonic()
             while self.active and runs and len(self.queue) > limit:
@@ -198,6 +204,7 @@ class Shard:
             if runs:
                 self.fed = max(self.fed, runs[-1].next_sequence())
             self.fed = max(self.fed, upto)
+            self.more = more
             self.cond.notify_all()
             return True
 
@@ -272,8 +279,9 @@ class Consumer:
         self._running.set()
         self._spawn(self._flush_loop, "flusher")
         if opts.zookeeper is None:
+            claims = claim_all(self.store, opts.group, range(opts.shards))
             for shard in range(opts.shards):
-                self._assign(shard, None)
+                self._assign(shard, None, claims[shard])
         else:
             from headwater.coordination.groups import GroupMember
 
@@ -369,8 +377,12 @@ class Consumer:
 
     # -- assignment
 
-    def _assign(self, number: int, epoch: int | None) -> None:
-        epoch, nxt = self.store.claim(self.options.group, number, epoch)
+    def _assign(
+        self, number: int, epoch: int | None, claimed: tuple[int, int] | None = None
+    ) -> None:
+        """Run shard ``number``: claim it at ``epoch`` (None: the stored one plus one),
+        unless ``claimed`` already, as ``(epoch, next)``."""
+        epoch, nxt = claimed or self.store.claim(self.options.group, number, epoch)
         if self._deadline != float("inf"):  # a claim that waited past a stop
             raise HeadwaterError(f"shard {number} claimed while the consumer stops")
         shard = Shard(number, epoch, nxt)
@@ -424,7 +436,7 @@ class Consumer:
             if not shard.active:
                 return None
             deadline = time.monotonic() + wait
-            while shard.active and len(shard.queue) < size:
+            while shard.active and len(shard.queue) < size and shard.more:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -576,5 +588,6 @@ class Consumer:
             )
             rows = [r for r in answer.rows if r.sequence >= shard.fed and self._wants(r)[1]]
             runs = [Run.of(rows)] if rows else []
-            shard.feed(runs, sequence_of(answer.next_seq, answer.next_row), opts.queue_rows)
+            upto = sequence_of(answer.next_seq, answer.next_row)
+            shard.feed(runs, upto, opts.queue_rows, more=answer.more)
             token = answer.checkpoint

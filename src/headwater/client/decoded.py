@@ -29,13 +29,16 @@ __all__ = ["FetchAnswer", "answer_of", "hash_values", "row_of", "row_of_proto"]
 class FetchAnswer:
     """The parts of a fetch response the SDK uses, whatever its format."""
 
-    __slots__ = ("checkpoint", "next_row", "next_seq", "rows")
+    __slots__ = ("checkpoint", "more", "next_row", "next_seq", "rows")
 
-    def __init__(self, rows: list[ChangeRow], checkpoint: str, next_seq: int, next_row: int):
+    def __init__(
+        self, rows: list[ChangeRow], checkpoint: str, next_seq: int, next_row: int, more: bool
+    ) -> None:
         self.rows = rows
         self.checkpoint = checkpoint
         self.next_seq = next_seq
         self.next_row = next_row
+        self.more = more  # the batch was cut: the reader has more at once
 
 
 def answer_of(answer: Any) -> FetchAnswer:
@@ -43,9 +46,12 @@ def answer_of(answer: Any) -> FetchAnswer:
     if isinstance(answer, dict):
         nxt = answer["next"]
         rows = [row_of(doc) for doc in answer["rows"]]
-        return FetchAnswer(rows, answer["checkpoint"], int(nxt["seq"]), int(nxt["row"]))
+        more = bool(answer.get("more", True))
+        return FetchAnswer(rows, answer["checkpoint"], int(nxt["seq"]), int(nxt["row"]), more)
     rows = [row_of_proto(msg) for msg in answer.rows]
-    return FetchAnswer(rows, answer.checkpoint, int(answer.next.seq), int(answer.next.row))
+    return FetchAnswer(
+        rows, answer.checkpoint, int(answer.next.seq), int(answer.next.row), bool(answer.more)
+    )
 
 
 def row_of(doc: Any) -> ChangeRow:

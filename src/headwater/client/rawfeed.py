@@ -107,18 +107,22 @@ class RawFeed:
             size = min(size * 2, c.options.fetch_bytes)
             fetches.ahead(token, size)  # the reader serves the next page while this one decodes
             end = sequence_of(int(nxt["seq"]), int(nxt["row"]))
+            more = bool(answer.get("more", True))
             with gc_paused():  # one young collection per page, not per 700 objects queued
-                routed = self._route(answer["records"], shards, end)
+                routed = self._route(answer["records"], shards, end, more)
             if not routed:
                 token = None  # broken off for a new shard: read again from the lowest
 
-    def _route(self, docs: list[Any], shards: dict[int, Shard], end: int) -> bool:
+    def _route(self, docs: list[Any], shards: dict[int, Shard], end: int, more: bool) -> bool:
         """Decode the records of one fetch and queue each change on its shard, handing the
         changes over every ``HANDOFF_ROWS`` (workers start before the page is decoded, and
         a big page never delays a shard's first batch by its whole decoding time). Every
         change of a shard below ``end`` is then queued, unless the shard was paused
         (then it is left out of the rest of the page: its ``fed`` stays where it is).
-        False when broken off because a shard was assigned (the caller re-subscribes)."""
+        ``more``: the fetch was cut (the reader has more at once); after the last handover
+        of a page that was not, workers hand partial batches over without waiting to fill
+        them. False when broken off because a shard was assigned (the caller
+        re-subscribes)."""
         c = self.c
         opts = c.options
         source, fde, schema, want = opts.task, c._fde, c._schema, _table_filter(opts.tables)
@@ -160,15 +164,20 @@ class RawFeed:
                         at.append(i)
                         pending += 1
             if pending >= HANDOFF_ROWS:
-                self._hand(live, lists, feds, sequence_of(record.seq + 1, 0))
+                self._hand(live, lists, feds, sequence_of(record.seq + 1, 0), True)
                 if c._assigned.is_set():
                     return False
                 pending = 0
-        self._hand(live, lists, feds, end)
+        self._hand(live, lists, feds, end, more)
         return True
 
     def _hand(
-        self, live: dict[int, Shard], lists: list[list[Run]], feds: list[int], upto: int
+        self,
+        live: dict[int, Shard],
+        lists: list[list[Run]],
+        feds: list[int],
+        upto: int,
+        more: bool,
     ) -> None:
         """Queue ``lists[n]`` on each ``live`` shard ``n``, all of whose changes below
         ``upto`` are in it, and empty the lists; a shard that cannot take them (flow
@@ -178,7 +187,7 @@ class RawFeed:
         for number, shard in list(live.items()):
             runs = lists[number]
             lists[number] = []
-            if not shard.feed(runs, upto, limit, PAUSE_AFTER, urgent):
+            if not shard.feed(runs, upto, limit, PAUSE_AFTER, urgent, more):
                 shard.paused = True
                 del live[number]
                 feds[number] = _NOT_OURS

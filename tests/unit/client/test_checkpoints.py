@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from headwater.coordination import FencedError
-from headwater.coordination.checkpoints import FileStore, GroupState, reshard_state
+from headwater.coordination.checkpoints import FileStore, GroupState, claim_all, reshard_state
 from headwater.coordination.groups import assignment
 
 
@@ -58,3 +58,15 @@ def test_assignment_gives_every_shard_to_exactly_one_member() -> None:
     owned = [assignment(members, 8, m) for m in members]
     assert sorted(s for o in owned for s in o) == list(range(8))
     assert assignment(members, 8, "z") == set()
+
+
+def test_claim_many_claims_each_shard_as_claim_does(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.create("g", 3, 100)
+    store.save("g", 1, 150, store.claim("g", 1, None)[0])  # shard 1 at epoch 1, next 150
+    assert claim_all(store, "g", range(3)) == {0: (1, 100), 1: (2, 150), 2: (1, 100)}
+    with pytest.raises(FencedError):
+        store.save("g", 1, 160, 1)  # the epoch before the claim is deposed
+    store.save("g", 1, 160, 2)
+    state = store.load("g")
+    assert state is not None and state.epochs == {0: 1, 1: 2, 2: 1} and state.next[1] == 160

@@ -179,3 +179,41 @@ def test_the_flusher_saves_a_shard_at_its_own_kth_ack(tmp_path: Path) -> None:
     finally:
         consumer.stop(timeout=5)
     assert store.load("g").next == {0: base + 3, 1: base + 8}  # type: ignore[union-attr]
+
+
+def test_a_partial_batch_waits_to_fill_only_while_the_feed_has_more(tmp_path: Path) -> None:
+    """With max_wait long: 3 changes fed mid-page (more coming) wait for the batch to
+    fill; the page's last handover, of a fetch that was not cut (the feed caught up),
+    hands the partial batch over at once."""
+    store = FileStore(tmp_path)
+    store.create("g", 1, 0)
+    options = ConsumerOptions(
+        task="t", group="g", readers=("http://127.0.0.1:9",), batch_size=100, max_wait=30.0
+    )
+    got: list[tuple[float, list[int]]] = []
+
+    def handle(batch: Batch) -> None:
+        got.append((time.monotonic(), [c.sequence for c in batch.changes]))
+
+    consumer = Consumer(options, handle, store)
+    consumer._running.set()
+    consumer._assign(0, None)
+    block = _block(0, 9)
+    shared = RowBlock(_RECORD, block, "src")
+    base = sequence_of(9, 0)
+    try:
+        shard = consumer._shards[0]
+        shard.feed([Run(shared, base, block.rows, [0, 1, 2])], base + 3, 1000, more=True)
+        time.sleep(0.5)
+        assert got == []  # waiting for the batch to fill
+        fed = time.monotonic()
+        shard.feed([Run(shared, base, block.rows, [3, 4])], base + 9, 1000, more=False)
+        deadline = time.monotonic() + 10
+        while not got:
+            assert time.monotonic() < deadline, "the partial batch was not handed over"
+            time.sleep(0.01)
+        handed, sequences = got[0]
+        assert sequences == [base + i for i in range(5)]
+        assert handed - fed < 5.0  # not after max_wait (30 s)
+    finally:
+        consumer.stop(timeout=5)
