@@ -11,11 +11,15 @@ transaction follows; the point of both replays is the marker's start coordinate
 and on the same binlog:
 
 * ``pitr``: ``mariadb-binlog --stop-position=OFFSET FILE | mariadb`` into the empty target
-  (the binlog holds CREATE DATABASE and CREATE TABLE too), timed end to end;
+  (the binlog holds CREATE DATABASE and CREATE TABLE too; emptied again before each
+  round, untimed), timed end to end;
 * ``decode``: the same log range read with the ``headwater`` Spark source and every
   change row materialized (``noop`` sink): the decode cost any replay pays;
 * ``headwater``: :func:`headwater.replay.replay_to_parquet` of ``bench.t`` as of the same
   coordinate (Spark ``local[2]`` started before the clock).
+
+The three run in turn in every round (``--rounds``, medians count), so that all see the
+same load on a shared machine; the load is printed per round.
 
 The replay's Parquet (read by DuckDB) and the PITR target are compared with the source
 (row count and sums of every column) before a rate counts. Rates are changes (row
@@ -201,15 +205,6 @@ def main() -> None:
             file=sys.stderr,
         )
 
-        pitr_runs: list[float] = []
-        for _ in range(args.rounds):
-            target.execute("DROP DATABASE IF EXISTS bench")  # empty again, untimed
-            pitr_runs.append(pitr(source, target, file, stop))
-            assert server_sums(target) == expected, ("pitr target differs", server_sums(target))
-            print(f"  pitr round: {pitr_runs[-1]:.2f} s (load {os.getloadavg()[0]:.1f})")
-        pitr_s = statistics.median(pitr_runs)
-        print(f"binlog pitr: {pitr_s:.2f} s, {changes / pitr_s:,.0f} changes/s")
-
         task.request_stop()  # the reader is done: nothing of it runs during the clocks
         thread.join(10)
         as_of = f"{file}:{stop}"
@@ -237,12 +232,17 @@ def main() -> None:
         # one small untimed run of each (the first records of the log).
         small = "seq:6"  # the CREATEs and the first INSERTs
         decode_only(spark, tmp / "task", small)
-        replay_to_parquet(spark, tmp / "task", ["bench.t"], tmp / "warm", as_of=small)
+        # partitions=2: both Python workers of local[2] (the replay's parts) are warm
+        replay_to_parquet(spark, tmp / "task", ["bench.t"], tmp / "warm", as_of=small, partitions=2)
 
+        pitr_runs: list[float] = []
         decode_runs: list[float] = []
         replay_runs: list[float] = []
-        for _ in range(args.rounds):  # alternating, so both see the same load
+        for _ in range(args.rounds):  # alternating, so all three see the same load
             load = os.getloadavg()[0]
+            target.execute("DROP DATABASE IF EXISTS bench")  # empty again, untimed
+            pitr_runs.append(pitr(source, target, file, stop))
+            assert server_sums(target) == expected, ("pitr target differs", server_sums(target))
             t0 = time.perf_counter()
             decode_only(spark, tmp / "task", as_of)
             decode_runs.append(time.perf_counter() - t0)
@@ -255,9 +255,11 @@ def main() -> None:
             assert got == expected, ("replay differs", got, expected)
             assert result.tables[0].rows == expected[0]
             print(
-                f"  round: decode {decode_runs[-1]:.2f} s, replay {replay_runs[-1]:.2f} s "
-                f"(load {load:.1f} -> {os.getloadavg()[0]:.1f})"
+                f"  round: pitr {pitr_runs[-1]:.2f} s, decode {decode_runs[-1]:.2f} s, "
+                f"replay {replay_runs[-1]:.2f} s (load {load:.1f} -> {os.getloadavg()[0]:.1f})"
             )
+        pitr_s = statistics.median(pitr_runs)
+        print(f"binlog pitr: {pitr_s:.2f} s, {changes / pitr_s:,.0f} changes/s")
         decode_s = statistics.median(decode_runs)
         replay_s = statistics.median(replay_runs)
         print(f"decode only: {decode_s:.2f} s, {changes / decode_s:,.0f} changes/s")
