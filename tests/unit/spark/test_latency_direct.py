@@ -1,21 +1,34 @@
 """The pieces of the driver path of small micro-batches (headwater.pipeline.direct) and of
 the source's burst gate that need no server: Spark's offset log, the gate's cut of a live
-workload's commit, the ``driverApplyMaxRows`` option, and the shard hash against Spark's
-own ``xxhash64`` (a local Spark session, no database)."""
+workload's commit, the ``driverApplyMaxRows`` option, the transforms against the
+executors' Python pass, the progress reports, and the shard hash against Spark's own
+``xxhash64`` (a local Spark session, no database)."""
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
 
+import orjson
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from headwater.changes.schema import change_arrow_schema
 from headwater.errors import ConfigError
-from headwater.pipeline.direct import offset_at, spark_shard, xxhash64
+from headwater.pipeline.direct import DirectApply, DirectBatch, offset_at, spark_shard, xxhash64
+from headwater.pipeline.status import OBSERVED_IN, _observed, _observed_tables
 from headwater.position import Position
 from headwater.spark.offsets import DEFAULT_DIRECT_MAX_ROWS, LogOffset, parse_options
 from headwater.spark.source import BURST_RECORDS, BurstGate
+from headwater.spark.transforms import (
+    ExcludeSpec,
+    MaskRule,
+    MaskSpec,
+    RenameColumnsSpec,
+    RenameDatabaseSpec,
+    _RowPass,
+)
 
 
 def _keys() -> list[tuple[str, str, str | None]]:
@@ -110,3 +123,59 @@ def test_a_live_commit_after_an_idle_stream_is_cut_at_once() -> None:
     log = _Log([first + 100, first + 300, first + 300])
     assert gate.settle(first, log.end, begin=10) == first + 300
     assert log.polls == 3
+
+
+def _direct(*specs: object) -> DirectApply:
+    return DirectApply(Path("/nonexistent"), parse_options({"path": "/x"}), [], specs)
+
+
+def _change(i: int, op: str = "update") -> dict[str, object]:
+    row: dict[str, object] = {name: None for name in change_arrow_schema().names}
+    row.update(
+        source="s", database="shop", table="users", op=op, ts_us=1_000 + i, sequence=i,
+        change_id=0, file_num=1, offset=100 + i, event_index=0, gtid="", txn_id="",
+        schema_version=1, key=f'{{"id": {i}}}', before_key=None,
+        before=f'{{"id": {i}, "email": "u{i}@x.org", "pw": "p{i}", "n": {i}.5}}',
+        after=f'{{"id": {i}, "email": "v{i}@x.org", "pw": "q{i}", "n": 1e{i}}}',
+    )  # fmt: skip
+    return row
+
+
+def test_driver_transforms_equal_the_executors_python_pass() -> None:
+    specs = (
+        ExcludeSpec(("pw",)),
+        RenameColumnsSpec({"email": "mail"}, tables=(r"shop\.users",)),
+        MaskSpec({"mail": MaskRule("keep_first", n=2)}),
+        RenameDatabaseSpec({"shop": "shop2"}),
+    )
+    rows = [_change(i) for i in range(5)]
+    schema = change_arrow_schema()
+    python_specs = tuple((i, s) for i, s in enumerate(specs[:3]))
+    batch = pa.RecordBatch.from_pylist([dict(r) for r in rows], schema=schema)
+    executor = [
+        r for b in _RowPass(python_specs, tuple(schema.names))([batch]) for r in b.to_pylist()
+    ]
+    driver = _direct(*specs)._transform([dict(r) for r in rows])
+    assert [r["database"] for r in driver] == ["shop2"] * 5
+    assert [{**r, "database": "shop"} for r in driver] == executor
+    assert orjson.loads(driver[0]["after"]) == {"id": 0, "mail": "v0******", "n": 1.0}
+    # renames only: the images' text is left as the decoder wrote it
+    names_only = _direct(RenameDatabaseSpec({"shop": "x"}))._transform([dict(r) for r in rows])
+    assert [r["after"] for r in names_only] == [r["after"] for r in rows]
+
+
+def test_driver_batches_fill_the_progress_reports_spark_leaves_empty() -> None:
+    direct = _direct()
+    direct.batches[7] = DirectBatch(
+        rows_in=3, rows_out=2, tables_in={"a.t": 3}, tables_out={"b.t": 2},
+        newest_ts_us=1_700_000_000_000_000, seconds=0.01,
+    )  # fmt: skip
+    spark_batch = {"batchId": 6, "numInputRows": 5, "observedMetrics": {}}
+    empty = {"batchId": 7, "numInputRows": 0, "durationMs": {"triggerExecution": 50}}
+    out = direct.patch([spark_batch, empty, None])
+    assert out[0] is spark_batch and out[2] is None
+    assert out[1]["numInputRows"] == 3 and out[1]["durationMs"] == {"triggerExecution": 50}
+    assert _observed(out[1], "rows_out") == 2
+    assert _observed(out[1], "newest_ts_us") == 1_700_000_000_000_000
+    assert _observed_tables(out[1], OBSERVED_IN) == {"a.t": 3}
+    assert _observed_tables(out[1], None) == {"b.t": 2}
