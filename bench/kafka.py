@@ -16,10 +16,13 @@ holds the rows: 1M rows fit). Then ``--rounds`` rounds, each into its own fresh 
    pipeline are not in the loop: what is compared is the sink's write path against the
    bare producer.
 
-Before the rounds, one untimed round of each side goes into other topics: a running
-pipeline's JVM has compiled its hot paths and its Python workers are started (the first
-full-size batch of a fresh JVM took 2-4 times as long as the third), and the broker has
-grown its storage once for both sides.
+Before the rounds, untimed rounds go into other topics: one of the plain producer and
+``--warmup`` (3) of the sink: a running pipeline's JVM has compiled its hot paths and its
+Python workers are started (the first full-size batch of a fresh JVM took 2-4 times as
+long as the third), and the broker has grown its storage once for both sides. One sink
+round was not enough: the JVM's JIT compiler threads still spent 0.8-1.1 s of CPU in the
+first timed 300k round, falling to 0.5 s by the fourth (load 12-14), out of the sink's
+2.0-2.7 s; every sink round prints that JIT share (``JIT``), so what is left of it shows.
 
 Spark has a fixed cost per micro-batch (planning, scheduling a job, starting the Python
 runner of the task): the bench measures it (a 1 000-row batch, printed as ``fixed cost``)
@@ -84,6 +87,36 @@ def cpu_split(broker_pid: int) -> tuple[float, float]:
             ours += procs[pid][1]
             stack += children.get(pid, [])
     return ours, procs.get(broker_pid, (0, 0.0))[1]
+
+
+def jit_seconds() -> float:
+    """CPU seconds so far of the JIT compiler threads (``C1``/``C2 CompilerThread``) of the
+    Spark JVMs among this process's descendants: the part of the sink's CPU that a young
+    JVM spends compiling, and a running pipeline's has long done."""
+    tick = os.sysconf("SC_CLK_TCK")
+    procs = _cpu_seconds()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in procs.items():
+        children.setdefault(parent, []).append(pid)
+    total, stack = 0.0, list(children.get(os.getpid(), []))
+    while stack:
+        pid = stack.pop()
+        stack += children.get(pid, [])
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if "CompilerThre" not in stat[stat.index("(") : stat.rindex(")")]:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def free_port() -> int:
@@ -182,6 +215,7 @@ class Round:
     seconds: float
     cpu: float
     broker_cpu: float
+    jit_cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -190,7 +224,7 @@ class Round:
     def line(self, name: str) -> str:
         return (
             f"{name}: {self.messages} messages in {self.seconds:.2f}s = {self.rate:,.0f}/s, "
-            f"cpu {self.cpu:.2f}s + broker {self.broker_cpu:.2f}s "
+            f"cpu {self.cpu:.2f}s (JIT {self.jit_cpu:.2f}s) + broker {self.broker_cpu:.2f}s "
             f"(load {os.getloadavg()[0]:.2f})"
         )
 
@@ -236,12 +270,12 @@ def sink_round(spark: Any, broker: str, broker_pid: int, path: str, tag: str, ta
     topics = [f"{tag}.bench.t{i}" for i in range(tables)]
     _ensure_topics(sink.config, set(topics))
     df = spark.read.parquet(path)
-    cpu0, t0 = cpu_split(broker_pid), time.perf_counter()
+    jit0, cpu0, t0 = jit_seconds(), cpu_split(broker_pid), time.perf_counter()
     sink.write_batch(df, 1)
-    seconds, cpu1 = time.perf_counter() - t0, cpu_split(broker_pid)
+    seconds, cpu1, jit1 = time.perf_counter() - t0, cpu_split(broker_pid), jit_seconds()
     n = topic_total(broker, topics)
     assert n == df.count(), (n, df.count())
-    return Round(n, seconds, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
+    return Round(n, seconds, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], jit1 - jit0)
 
 
 def main() -> None:
@@ -250,6 +284,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--tables", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3, help="untimed sink rounds first")
     args = ap.parse_args()
     n = 60_000 if args.quick else args.rows
     rounds = 1 if args.quick else args.rounds
@@ -273,11 +308,12 @@ def main() -> None:
         path = os.path.join(work, "changes.parquet")
         write_change_rows(spark, path, n, args.tables)
         print(f"rows={n} tables={args.tables} rounds={rounds} load={os.getloadavg()[0]:.2f}")
-        # A pipeline runs batch after batch: one untimed round of each side first (module
+        # A pipeline runs batch after batch: untimed rounds of each side first (module
         # docstring), into topics of their own.
         print(plain_round(broker, proc.pid, path, "warmplain").line("warm-up plain producer"))
-        print(sink_round(spark, broker, proc.pid, path, "warmsink", args.tables).line(
-            "warm-up kafka sink    "))  # fmt: skip
+        for w in range(args.warmup):
+            print(sink_round(spark, broker, proc.pid, path, f"warmsink{w}", args.tables).line(
+                "warm-up kafka sink    "))  # fmt: skip
         warm = KafkaSink(KafkaConfig(broker, bus=BusOptions(topic="warm.{database}.{table}")))
         small = spark.read.parquet(path).limit(1000)
         warm.write_batch(small, 0)
