@@ -236,6 +236,7 @@ class Consumer:
         self._schema: Any = None
         self._deadline = float("inf")  # set by stop(): joins give up then
         self._closed = False
+        self._feed: RawFeed | None = None  # decode="client"
         self._assigned = threading.Event()  # a shard was assigned since the feed looked
         self._hash = ShardHasher(options.keys)
 
@@ -268,6 +269,9 @@ class Consumer:
         if opts.decode == "client":
             self._fde, self._schema = readers.decoding()
         first = readers.subscribe(opts.start, format="raw", **self._filters())
+        if opts.decode == "client":
+            self._feed = RawFeed(self, (int(first["next"]["seq"]), first["checkpoint"]))
+            self._feed.prefetch()
         state = self.store.create(opts.group, opts.shards, int(first["next"]["seq"]) << ROW_BITS)
         if state.count != opts.shards:
             raise ConfigError(
@@ -347,6 +351,8 @@ class Consumer:
                 log.warning("consumer: ZooKeeper session not closed cleanly", exc_info=True)
         if self.readers is not None:
             self.readers.close()
+        if self._feed is not None:
+            self._feed.fetches.close()  # a page fetched ahead by a start that failed
 
     def __enter__(self) -> Consumer:
         return self.start()
@@ -557,7 +563,8 @@ class Consumer:
                 backoff = min(backoff * 2, 5.0)
 
     def _raw_feed(self) -> None:
-        RawFeed(self).run()
+        assert self._feed is not None  # made by _start
+        self._feed.run()
 
     def _server_feed(self, shard: Shard) -> None:
         readers = Readers(self._urls, self.options.task, token=self.options.token)

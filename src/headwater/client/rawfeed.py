@@ -61,21 +61,30 @@ _NOT_OURS = 1 << 64
 class RawFeed:
     """The raw feed of ``consumer`` (runs in the consumer's feed thread)."""
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: Consumer, first: tuple[int, str] | None = None) -> None:
+        """``first``: the ``next`` seq and checkpoint token of the consumer's subscription,
+        which the feed reads from if its lowest shard starts there (:meth:`prefetch`)."""
         self.c = consumer
-
-    def run(self) -> None:
-        c = self.c
-        opts = c.options
-        fetches = FetchAhead(
-            lambda: Readers(c._urls, opts.task, token=opts.token),
+        self._first = first
+        opts = consumer.options
+        self.fetches = FetchAhead(
+            lambda: Readers(consumer._urls, opts.task, token=opts.token),
             max_rows=opts.fetch_records,
             timeout_ms=1000,
         )
+
+    def prefetch(self) -> None:
+        """Start fetching the subscription's first page now (the consumer then sets up
+        its group and claims its shards while the reader serves it)."""
+        if self._first is not None:
+            self.fetches.ahead(self._first[1], min(FIRST_BYTES, self.c.options.fetch_bytes))
+
+    def run(self) -> None:
+        c = self.c
         try:
-            c._retrying(lambda: self._loop(fetches), "raw feed", c._running.is_set)
+            c._retrying(lambda: self._loop(self.fetches), "raw feed", c._running.is_set)
         finally:
-            fetches.close()
+            self.fetches.close()
 
     def _loop(self, fetches: FetchAhead) -> None:
         c = self.c
@@ -84,6 +93,7 @@ class RawFeed:
         token: str | None = None
         at = -1
         size = c.options.fetch_bytes
+        first, self._first = self._first, None  # the first run of the loop only
 
         def interrupted() -> bool:  # a new shard to serve, or stop(): stop waiting
             return c._assigned.is_set() or not c._running.is_set()
@@ -96,6 +106,11 @@ class RawFeed:
                 time.sleep(0.05)
                 continue
             low = min(s.fed for s in shards.values()) >> ROW_BITS
+            if first is not None:
+                if low == first[0]:  # the subscription's stream, its first page fetched ahead
+                    at, token = first
+                    size = min(FIRST_BYTES, c.options.fetch_bytes)
+                first = None
             if token is None or low < at:
                 token = readers.subscribe(AtSeq(low), format="raw", **c._filters())["checkpoint"]
                 at, size = low, min(FIRST_BYTES, c.options.fetch_bytes)
