@@ -183,6 +183,8 @@ _DDL_COLUMNS = (
     "source", "database", "table", "op", "sequence", "change_id", "file_num", "offset",
     "event_index", "key", "after", "sql", "ts_us",
 )  # fmt: skip
+#: The columns routing and applying read.
+_APPLY_COLUMNS = (*_DDL_COLUMNS, "before_key")
 
 
 def unsupported(config: PipelineConfig, sinks: Sequence[Any], options: SourceOptions) -> str | None:
@@ -266,7 +268,10 @@ class DirectApply:
         if self._rows_in(begin, end) > self.max_rows:
             return None
         batches = list(read_slice(LogSlice(self.options, 0, begin.key(), end.key())))
-        rows = [r for b in batches for r in b.to_pylist()]
+        # Rows as dicts of the columns the sinks read (all of them for row operations
+        # on images: a rule sees the whole change), not the ones only Spark would carry.
+        keep = None if self._edits_images() else _APPLY_COLUMNS
+        rows = [r for b in batches for r in (b if keep is None else b.select(keep)).to_pylist()]
         out = DirectBatch(rows_in=len(rows), tables_in=_count(rows))
         rows = self._transform(rows)
         out.rows_out = len(rows)
@@ -286,6 +291,9 @@ class DirectApply:
         log.debug("batch %d applied in the driver: %s", batch_id, out)
         return out
 
+    def _edits_images(self) -> bool:
+        return any(type(t).__name__ not in _NAME_ONLY for t in self.transforms)
+
     def _transform(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The transforms' Python row operations, in order (module docstring, step 4)."""
         if not self.transforms:
@@ -295,7 +303,7 @@ class DirectApply:
 
         if self._ops is None:
             self._ops = [row_op(spec, i) for i, spec in enumerate(self.transforms)]
-        images = any(type(t).__name__ not in _NAME_ONLY for t in self.transforms)
+        images = self._edits_images()
         out = []
         for row in rows:
             change: dict[str, Any] | None = row
