@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence as SequenceABC
 from typing import TYPE_CHECKING, Any, overload
 
-from headwater.client.rows import Row, RowBlock
+from headwater.client.rows import RowBlock, rows_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -129,8 +129,7 @@ def changes_of(runs: Sequence[Run]) -> list[ChangeRow]:
         if block is None or at is None:
             out += run.items
         else:
-            items, first = run.items, run.first
-            out += [Row(block, items[i], first + i) for i in at]
+            out += rows_of(block, run.items, at, run.first)
     return out
 
 
@@ -139,10 +138,8 @@ def _stream(runs: Sequence[Run]) -> Iterator[ChangeRow]:
         block, at = run.block, run.at
         if block is None or at is None:
             yield from run.items
-        else:
-            items, first = run.items, run.first
-            for i in at:
-                yield Row(block, items[i], first + i)
+        else:  # built a run at a time (at most a batch), read as the loop goes
+            yield from rows_of(block, run.items, at, run.first)
 
 
 class Changes(SequenceABC["ChangeRow"]):

@@ -15,7 +15,7 @@ from hypothesis import given, strategies as st
 from headwater.changes import ChangeBlock, ChangeRow, block_changes
 from headwater.changes.sequence import sequence_of
 from headwater.client import Batch, Consumer, ConsumerOptions, FileStore
-from headwater.client.rows import Row, RowBlock
+from headwater.client.rows import Row, RowBlock, rows_of
 from headwater.client.runs import Changes, Run, RunQueue, changes_of
 from headwater.position import Position
 
@@ -55,6 +55,15 @@ def test_rows_equal_the_change_rows_of_block_changes(
     expected = block_changes(_RECORD, block, "src")
     got = _rows(block)
     assert got == expected and expected == got
+    # rows_of, the bulk path the worker uses, of every row and of a subset
+    shared = RowBlock(_RECORD, block, "src")
+    first_seq = sequence_of(9, first)
+    bulk = rows_of(shared, block.rows, list(range(n)), first_seq)
+    assert bulk == expected and all(type(r) is Row for r in bulk)
+    assert [(r.key, r.before, r.after) for r in bulk] == [
+        (c.key, c.before, c.after) for c in expected
+    ]
+    assert rows_of(shared, block.rows, [n - 1], first_seq) == [expected[-1]]
     for row, change in zip(got, expected, strict=True):
         assert isinstance(row, ChangeRow)
         assert (row.key, row.before, row.after) == (change.key, change.before, change.after)
