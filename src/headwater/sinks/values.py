@@ -117,7 +117,12 @@ def _identity(value: Any) -> Any:
 
 
 def _decimal(value: Any) -> Any:
-    return Decimal(value) if isinstance(value, str) else value
+    if not isinstance(value, str):
+        return value
+    try:
+        return Decimal(value)
+    except ArithmeticError:  # decimal.InvalidOperation is not a ValueError
+        raise ValueError("not a decimal number") from None
 
 
 def _set(value: Any) -> Any:
@@ -148,7 +153,10 @@ def column_converter(column: Column, rules: ValueRules) -> Callable[[list[Any]],
         if acts_on not in kinds:
             return values
         if convert is _decimal and kinds == {str}:
-            return list(map(Decimal, values))  # the C constructor, no call of _decimal
+            try:
+                return list(map(Decimal, values))  # the C constructor, no call of _decimal
+            except ArithmeticError:
+                raise ValueError("not a decimal number") from None
         return list(map(convert, values))
 
     return each

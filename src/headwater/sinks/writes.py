@@ -217,7 +217,7 @@ class _Planner:
         try:
             for write in self.groups.values():
                 write.convert()
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, ArithmeticError):
             raise _conversion_error(effects(), self.shape_of, self.batch_id, self.shard) from None
         return list(self.groups.values())
 
@@ -422,7 +422,7 @@ def _conversion_error(
         for name, convert in zip(shape.columns, shape.convert, strict=True):
             try:
                 convert([source[name]])
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, ArithmeticError) as exc:
                 return _effect_error(f"cannot convert a value: {exc}", effect, batch_id, shard)
     raise AssertionError("a column failed to convert, but none of its values does")
 

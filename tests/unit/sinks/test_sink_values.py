@@ -29,6 +29,13 @@ def test_decimal_strings_become_exact_decimals() -> None:
     assert converter(c("decimal", "decimal(6,2)"), KEEP)("-12.30") == Decimal("-12.30")
 
 
+def test_a_decimal_that_is_not_a_number_is_a_value_error_without_the_value() -> None:
+    with pytest.raises(ValueError, match=r"^not a decimal number$"):
+        converter(c("decimal", "decimal(6,2)"), KEEP)("12,5 secret")
+    with pytest.raises(ValueError, match=r"^not a decimal number$"):
+        column_converter(c("decimal", "decimal(6,2)"), KEEP)(["1.5", "x"])
+
+
 def test_base64_becomes_bytes() -> None:
     assert converter(c("blob", charset="binary"), KEEP)({"base64": "AP8="}) == b"\x00\xff"
 
