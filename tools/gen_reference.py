@@ -417,7 +417,7 @@ PIPELINE: tuple[Section, ...] = (
                 "`idleAdvanceMs` (how long an end offset that only passes records the pipeline "
                 "does not read is held back; see docs/configuration.md), `driverApplyMaxRows` "
                 "(a micro-batch of at most this many rows is applied in the driver, without a "
-                "Spark job; 10000 by default, 0: never; docs/operations.md).",
+                "Spark job; 25000 by default, 0: never; docs/operations.md).",
             ),
         ),
         hidden=frozenset(

@@ -4,7 +4,7 @@ A micro-batch costs Spark a fixed ~0.2-0.3 s on two cores whatever its size (a j
 stage, a task in a Python worker that opens the log and a target connection), which is
 most of the commit-to-visible latency of a pipeline at a steady 1,000 rows/s. The
 :class:`DirectApply` path takes a micro-batch whose offset range holds at most
-``driverApplyMaxRows`` change rows (a source option, 10,000 by default, ``0``: off) and,
+``driverApplyMaxRows`` change rows (a source option, 25,000 by default, ``0``: off) and,
 inside ``foreachBatch``, does in the driver what the Spark job would do on an executor:
 
 1. the batch's offsets come from Spark's own write-ahead log: ``<checkpoint>/offsets/<N>``

@@ -7,7 +7,7 @@ One :class:`PipelineRunner` per :class:`~headwater.pipeline.config.PipelineConfi
   and hands each micro-batch to every sink in the configured order through
   ``foreachBatch`` (with several sinks the batch is cached, so the source is read once
   per batch);
-* a micro-batch of at most ``driverApplyMaxRows`` rows (a source option, 10,000) runs no
+* a micro-batch of at most ``driverApplyMaxRows`` rows (a source option, 25,000) runs no
   Spark job: ``foreachBatch`` reads and applies it in the driver with the same decoding,
   transforms and sink transactions (:mod:`headwater.pipeline.direct`; SQL sinks, no
   ``filter`` or computed column, no signals), and its figures are patched into the

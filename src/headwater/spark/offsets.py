@@ -70,11 +70,14 @@ DEFAULT_BURST_QUIET_MS = 50
 #: this long, so that a checkpoint never falls far behind the log's retention.
 DEFAULT_IDLE_ADVANCE_MS = 60_000
 #: ``driverApplyMaxRows``: a pipeline micro-batch of at most this many change rows is
-#: applied in the driver without a Spark job (:mod:`headwater.pipeline.direct`); 10,000
-#: rows are about 1 MiB of records, below which the source cuts one slice anyway
-#: (``minBytesPerPartition``), so Spark would apply it in one task too. ``0``: off. The
-#: Spark source itself does not read it.
-DEFAULT_DIRECT_MAX_ROWS = 10_000
+#: applied in the driver without a Spark job (:mod:`headwater.pipeline.direct`). ``0``:
+#: off. The Spark source itself does not read it. Below about 10,000 rows (1 MiB of
+#: records, ``minBytesPerPartition``) Spark would apply the batch in one task too; above,
+#: in two slices on two cores. Measured at load 12-16 on two cores (bench/latency.py,
+#: 10,000 rows/s): the driver applied batches of 7,000-8,400 rows at about 10,000 rows/s,
+#: Spark jobs batches of 11,000-24,000 rows at 3,000-7,000 rows/s, so that with the limit
+#: at 10,000 the first batch over it fell behind and every later one grew; hence 25,000.
+DEFAULT_DIRECT_MAX_ROWS = 25_000
 
 _KNOWN = {
     "server",
