@@ -12,12 +12,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import re
 from typing import Any
 
 import pytest
 
 from headwater.logs.groups import LogRules, parse_rules
-from headwater.logs.plan import RECORD_SCHEMA_DDL, structure
+from headwater.logs.plan import RECORD_SCHEMA_DDL, STAGE_METRICS, structure
 
 pytestmark = pytest.mark.integration
 
@@ -187,3 +188,23 @@ def test_spark_engine_agrees_with_the_python_engine(spark: Any) -> None:
     for r in rows:  # the change rows' other fields
         assert (r["op"], r["source"], r["database"]) == ("insert", "app", "logs")
         assert json.loads(r["key"]) == {"ums_id_": r["sequence"]}
+
+
+def test_each_group_is_a_generated_stage_of_its_own(spark: Any) -> None:
+    """A ``CollectMetrics`` boundary before each group (headwater.logs.plan, STAGE_METRICS):
+    no generated method holds the whole plan (one did: 176 KB of Java, too big for C2)."""
+    rules = parse_rules(GROUPS, unknown_table="unknown", heartbeat=HEARTBEAT)
+    records = spark.createDataFrame(
+        [("app.log", 0, 0, "AUDIT;a;b;c|1", READ_US)], RECORD_SCHEMA_DDL
+    )
+    out = structure(records, rules, source="app", database="logs")
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    names = re.findall(r"CollectMetrics (\w+),", plan)
+    want = ["headwater_heartbeat", *(STAGE_METRICS.format(source="app", group=g) for g in range(3))]
+    assert sorted(names) == want
+    codegen = out._jdf.queryExecution().debug().codegenToSeq()
+    sizes = [len(codegen.apply(i)._2()) for i in range(codegen.size())]
+    assert len(sizes) == 5
+    assert max(sizes) < 100_000, sizes
+    (row,) = out.collect()
+    assert (row["table"], json.loads(row["after"])["n"]) == ("audits", 1)
