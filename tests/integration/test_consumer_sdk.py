@@ -28,7 +28,7 @@ import pytest
 
 from headwater.binlog.dump import json_default
 from headwater.changes import ChangeRow
-from headwater.client import Batch, Consumer, ConsumerOptions, FileStore
+from headwater.client import Batch, Consumer, ConsumerError, ConsumerOptions, FileStore
 from headwater.sandbox import MariadbSandbox
 from headwater.server.sharding import shard_of
 from tests.integration.server_support import Http
@@ -309,3 +309,107 @@ def test_consume_cli_prints_json_lines_and_calls_a_handler_module(
     handled = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(h[1] for h in handled) == expected
     assert {h[3] for h in handled} == {"dict"}
+
+
+def test_a_feed_that_fails_on_a_record_stops_the_consumer_and_acks_nothing_after(
+    mariadb: MariadbSandbox,
+    reader: Http,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The raw feed meets a record its decoding fails on with an unexpected exception (a
+    ValueError for the rows event of ``sdk.poison``, raised by the real decoder's caller
+    seam, the reader and MariaDB real): the failure is logged with its traceback, kept as
+    ``consumer.error``, raised by ``wait()`` and ``stop()``; the batch a handler holds at
+    that moment is not acked, and no checkpoint passes the failing record."""
+    import headwater.client.rawfeed as rawfeed
+
+    mariadb.execute(
+        "DROP TABLE IF EXISTS sdk.poison", "CREATE TABLE sdk.poison (id INT PRIMARY KEY)"
+    )
+    _workload(mariadb, random.Random(185), 60)
+    mariadb.execute("INSERT INTO sdk.poison VALUES (1)")
+    _workload(mariadb, random.Random(186), 20)
+    expected = _expected(reader, mariadb)
+    poison = next(r["sequence"] for r in expected if r["table"] == "poison")
+
+    held = threading.Event()  # shard 0's first batch is in its handler
+    real = rawfeed.decode_blocks
+
+    def decode(record: Any, **kw: Any) -> Iterator[Any]:
+        for block in real(record, **kw):
+            if block.table == "poison" and block.op != "ddl":
+                assert held.wait(30), "shard 0 never got a batch before the failing record"
+                raise ValueError("crafted: this record does not decode")
+            yield block
+
+    monkeypatch.setattr(rawfeed, "decode_blocks", decode)
+    got = Collector()
+    held_batch: list[Batch] = []
+
+    def handle(batch: Batch) -> None:
+        if batch.shard == 0 and not held_batch:
+            held_batch.append(batch)
+            held.set()
+            wait_for(lambda: consumer.error is not None, 30, "the feed's failure")
+        got(batch)
+
+    options = ConsumerOptions(
+        task="src", group="poison", readers=(reader.url,), tables=("sdk.*",), shards=SHARDS,
+        batch_size=5, max_wait=0.01, ddl=False, fetch_records=10, flush_every=1,
+    )  # fmt: skip
+    store = FileStore(tmp_path / "cp")
+    consumer = Consumer(options, handle, store).start()
+    with pytest.raises(ConsumerError) as waited:
+        consumer.wait(60)
+    error = waited.value
+    assert error is consumer.error
+    assert error.thread == "consumer-feed"
+    assert isinstance(error.__cause__, ValueError)
+    with pytest.raises(ConsumerError) as stopped:
+        consumer.stop(timeout=20)
+    assert stopped.value is error
+
+    logged = [r for r in caplog.records if r.levelname == "ERROR" and r.exc_info]
+    assert any(r.exc_info[1] is error.__cause__ for r in logged)  # type: ignore[index]
+    delivered = got.changes()
+    assert delivered and all(c.sequence < poison for _s, c in delivered)
+    state = store.load("poison")
+    assert state is not None
+    first_held = held_batch[0].changes[0].sequence
+    assert held_batch[0].state == "open"  # returned after the failure: not acked
+    assert state.next[0] <= first_held
+    assert all(n <= poison for n in state.next.values())
+    assert [s for s, c in delivered if s != 0]  # the other shards were served before
+
+
+def test_a_worker_that_fails_outside_the_handler_stops_the_consumer(
+    mariadb: MariadbSandbox, reader: Http, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler breaks its batch (``batch.changes = None``) and raises: the worker's own
+    rollback then fails (AttributeError), outside the handler. The shard's thread must not
+    die silently: the consumer fails, stops, and ``with`` raises the error on exit."""
+    _workload(mariadb, random.Random(187), 60)
+    _expected(reader, mariadb)
+    broken: list[int] = []
+
+    def handle(batch: Batch) -> None:
+        if batch.shard == 1 and not broken:
+            broken.append(batch.changes[0].sequence)
+            batch.changes = None  # type: ignore[assignment]
+            raise RuntimeError("handler failed with its batch broken")
+
+    options = ConsumerOptions(
+        task="src", group="broken", readers=(reader.url,), tables=("sdk.*",), shards=SHARDS,
+        batch_size=5, max_wait=0.01, ddl=False, flush_every=1,
+    )  # fmt: skip
+    store = FileStore(tmp_path / "cp")
+    with pytest.raises(ConsumerError) as raised, Consumer(options, handle, store) as consumer:
+        consumer.wait(60)
+    error = raised.value
+    assert error.thread == "consumer-shard-1"
+    assert isinstance(error.__cause__, AttributeError)
+    assert any(r.exc_info and r.exc_info[1] is error.__cause__ for r in caplog.records)
+    state = store.load("broken")
+    assert state is not None and state.next[1] <= broken[0]

@@ -155,7 +155,7 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     consumer = Consumer(options, handler, store).start()
     try:
-        while not stop.is_set():
+        while not stop.is_set() and consumer.error is None:  # a failure: stop() raises it
             stop.wait(0.5)
     except KeyboardInterrupt:
         pass

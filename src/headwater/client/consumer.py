@@ -28,6 +28,17 @@ every ack first proves ownership at the shard's epoch (:class:`FencedError` othe
 every checkpoint write is conditional on the epoch. :meth:`Consumer.stop` returns within
 its ``timeout`` even when a handler or a reader hangs (what it could not save is
 redelivered: at least once).
+
+Failures: an exception that escapes any of these threads outside the handler (the feeds,
+the flusher, a worker's own code, the group's loop) is a bug or a broken environment, not
+something a retry mends (reader errors, ``HeadwaterError`` and ``OSError``, are retried
+where they happen). It is logged with its traceback and kept as :attr:`Consumer.error`
+(a :class:`ConsumerError` caused by it); from then on nothing is acked (a batch in a
+handler at that moment is not acked when the handler returns, ``batch.ack()`` raises the
+error), and the consumer stops in the background: it saves the checkpoints acked before
+the failure, leaves the group (its shards move to the other members) and closes its
+connections. :meth:`Consumer.wait` and :meth:`Consumer.stop` (so also leaving a ``with``
+block) raise the error.
 """
 
 from __future__ import annotations
@@ -53,7 +64,7 @@ from headwater.coordination.zk import DEFAULT_SESSION_TIMEOUT
 from headwater.errors import ConfigError, HeadwaterError
 from headwater.store import EARLIEST, AtSeq, Start
 
-__all__ = ["Batch", "Consumer", "ConsumerOptions", "Handler"]
+__all__ = ["Batch", "Consumer", "ConsumerError", "ConsumerOptions", "Handler"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +72,18 @@ DECODES = ("client", "json", "protobuf")
 #: Seconds :meth:`Consumer.stop` waits past its timeout for the ZooKeeper session to close
 #: when the stop itself is stuck.
 STOP_GRACE = 1.0
+#: Seconds the background stop after a thread's failure waits for what hangs (as
+#: :meth:`Consumer.stop`'s ``timeout``).
+FAILURE_STOP = 30.0
+
+
+class ConsumerError(HeadwaterError):
+    """A consumer thread failed unexpectedly (``thread``: its name); the failure is the
+    ``__cause__``. The consumer stopped: nothing was acked after it."""
+
+    def __init__(self, thread: str, error: BaseException) -> None:
+        super().__init__(f"consumer thread {thread} failed: {error!r}")
+        self.thread = thread
 
 
 @dataclass(frozen=True)
@@ -239,6 +262,11 @@ class Consumer:
         self._feed: RawFeed | None = None  # decode="client"
         self._assigned = threading.Event()  # a shard was assigned since the feed looked
         self._hash = ShardHasher(options.keys)
+        #: The first unexpected failure of a consumer thread (module docstring), or None.
+        self.error: ConsumerError | None = None
+        self._failed = threading.Event()
+        self._stopping = False  # stop() was called (under _lock)
+        self._aborter: threading.Thread | None = None  # the stop after a failure
 
     # -- lifecycle
 
@@ -248,7 +276,7 @@ class Consumer:
         try:
             return self._start()
         except BaseException:
-            self.stop(timeout=5.0)
+            self._stop(timeout=5.0)
             raise
 
     def _start(self) -> Consumer:
@@ -290,7 +318,12 @@ class Consumer:
             from headwater.coordination.groups import GroupMember
 
             self.member = GroupMember(
-                self.zk, opts.group, opts.shards, on_assign=self._assign, on_revoke=self._revoke
+                self.zk,
+                opts.group,
+                opts.shards,
+                on_assign=self._assign,
+                on_revoke=self._revoke,
+                on_error=lambda e: self._fail(f"group-{opts.group}", e),
             )
             self.member.start()
         if opts.decode == "client":
@@ -306,13 +339,35 @@ class Consumer:
         a thread of its own and is abandoned then (a handler or a fetch still running, a
         checkpoint store waiting on a lock, a claim waiting on a checkpoint row). What it
         could not save is redelivered (at least once), and closing the ZooKeeper session
-        releases the shards anyway."""
+        releases the shards anyway. Raises :attr:`error` (:class:`ConsumerError`) after
+        stopping if a consumer thread failed."""
+        self._stop(timeout)
+        if self.error is not None:
+            raise self.error
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait while the consumer runs: raise :class:`ConsumerError` as soon as one of its
+        threads failed (the consumer has then stopped, or is stopping, by itself);
+        return after ``timeout`` seconds (None: never) otherwise. ``stop()`` is still
+        the way to end it."""
+        if self._failed.wait(timeout):
+            assert self.error is not None  # set before _failed
+            raise self.error
+
+    def _stop(self, timeout: float) -> None:
+        """:meth:`stop` without raising :attr:`error`."""
         deadline = time.monotonic() + timeout
-        self._deadline = deadline
-        stopper = threading.Thread(
-            target=self._stop_until, args=(deadline,), name="consumer-stop", daemon=True
-        )
-        stopper.start()
+        with self._lock:
+            self._stopping = True
+            aborter = self._aborter
+        if aborter is not None:  # a failure's stop runs already: wait for it
+            stopper = aborter
+        else:
+            self._deadline = deadline
+            stopper = threading.Thread(
+                target=self._stop_until, args=(deadline,), name="consumer-stop", daemon=True
+            )
+            stopper.start()
         stopper.join(timeout)
         if stopper.is_alive():
             log.warning("consumer: stop gave up after %.1f s; closing the session", timeout)
@@ -357,8 +412,45 @@ class Consumer:
     def __enter__(self) -> Consumer:
         return self.start()
 
-    def __exit__(self, *_exc: Any) -> None:
-        self.stop()
+    def __exit__(self, exc_type: Any, *_exc: Any) -> None:
+        if exc_type is None:
+            self.stop()
+        else:  # the block's own exception goes on (a thread's failure was logged)
+            self._stop(30.0)
+
+    def _fail(self, thread: str, error: BaseException) -> None:
+        """A consumer thread failed (module docstring): log and keep the error, stop
+        every shard at once (nothing is acked after this), and stop in the background
+        unless a stop runs already."""
+        log.error(
+            "consumer: thread %s failed; the consumer stops (nothing acked after this)",
+            thread,
+            exc_info=error,
+        )
+        with self._lock:
+            if self.error is not None:
+                return
+            self.error = ConsumerError(thread, error)
+            self.error.__cause__ = error
+            shards = list(self._shards.values())
+        self._failed.set()
+        for shard in shards:
+            with shard.cond:
+                shard.active = False
+                shard.cond.notify_all()
+        self._running.clear()
+        self._wake_flush.set()
+        self._assigned.set()  # a feed waiting on a page stops waiting
+        with self._lock:  # started under the lock: a stop() joins it, or runs its own
+            if not self._stopping:
+                self._deadline = time.monotonic() + FAILURE_STOP
+                self._aborter = threading.Thread(
+                    target=self._stop_until,
+                    args=(self._deadline,),
+                    name="consumer-failure-stop",
+                    daemon=True,
+                )
+                self._aborter.start()
 
     def owned(self) -> list[int]:
         with self._lock:
@@ -370,10 +462,21 @@ class Consumer:
             return {n: s.acked for n, s in self._shards.items()}
 
     def _spawn(self, target: Callable[..., None], name: str, *args: Any) -> threading.Thread:
-        t = threading.Thread(target=target, args=args, name=f"consumer-{name}", daemon=True)
+        t = self._thread(target, f"consumer-{name}", *args)
         t.start()
         self._threads.append(t)
         return t
+
+    def _thread(self, target: Callable[..., None], name: str, *args: Any) -> threading.Thread:
+        """A daemon thread running ``target``; what escapes it fails the consumer."""
+
+        def run() -> None:
+            try:
+                target(*args)
+            except BaseException as e:
+                self._fail(name, e)
+
+        return threading.Thread(target=run, name=name, daemon=True)
 
     def _filters(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ddl": self.options.ddl}
@@ -389,12 +492,10 @@ class Consumer:
         """Run shard ``number``: claim it at ``epoch`` (None: the stored one plus one),
         unless ``claimed`` already, as ``(epoch, next)``."""
         epoch, nxt = claimed or self.store.claim(self.options.group, number, epoch)
-        if self._deadline != float("inf"):  # a claim that waited past a stop
+        if self._deadline != float("inf"):  # a claim that waited past a stop (or failure)
             raise HeadwaterError(f"shard {number} claimed while the consumer stops")
         shard = Shard(number, epoch, nxt)
-        shard.thread = threading.Thread(
-            target=self._work, args=(shard,), name=f"consumer-shard-{number}", daemon=True
-        )
+        shard.thread = self._thread(self._work, f"consumer-shard-{number}", shard)
         with self._lock:
             self._shards[number] = shard
         self._assigned.set()
@@ -465,6 +566,8 @@ class Consumer:
             del changes  # the batch's changes go with it (no wait for the next _take)
             try:
                 self.handler(batch)
+                if self.error is not None:  # another thread failed: nothing more is acked
+                    return
                 if batch.state == "open":
                     self._ack(batch)
                 backoff = 0.1
@@ -473,6 +576,8 @@ class Consumer:
                 self._fence(shard, e)
                 return
             except Exception:
+                if self.error is not None:
+                    return
                 log.exception("shard %d: handler failed; batch rolled back", shard.number)
                 if batch.state == "open":
                     self._rollback(batch)
@@ -482,6 +587,8 @@ class Consumer:
     def _ack(self, batch: Batch) -> None:
         if batch.state != "open":
             raise ConfigError(f"batch already {batch.state}", field="ack")
+        if self.error is not None:
+            raise self.error
         shard = batch._shard
         if self.member is not None:
             self.member.check(shard.number, shard.epoch)

@@ -14,7 +14,10 @@ greater epoch. When the paused process resumes, :meth:`GroupMember.check` (every
 every epoch-conditional checkpoint write refuse it with :class:`FencedError`.
 
 The loop runs in one thread, woken by the membership watch, owner deletions and a poll
-interval (so a missed watch only delays a rebalance). Callbacks run in that thread.
+interval (so a missed watch only delays a rebalance). Callbacks run in that thread. An
+exception other than a ZooKeeper error (retried next round) ends the loop: it is logged
+and handed to ``on_error`` (the consumer then fails and stops; see
+``headwater.client.consumer``), never lost with the thread.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class GroupMember:
         *,
         on_assign: Callable[[int, int], None],
         on_revoke: Callable[[int], None],
+        on_error: Callable[[BaseException], None] | None = None,
         poll: float = 1.0,
         member_id: str | None = None,
     ) -> None:
@@ -76,6 +80,7 @@ class GroupMember:
         self.me = member_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._on_assign = on_assign
         self._on_revoke = on_revoke
+        self._on_error = on_error
         self._poll = poll
         self.owned: dict[int, int] = {}  # shard -> epoch
         self._wake = threading.Event()
@@ -142,6 +147,12 @@ class GroupMember:
                 self.rebalance()
             except KazooException as e:
                 log.warning("group %s: rebalance failed (%r); retrying", self.group, e)
+            except BaseException as e:
+                if self._on_error is None:
+                    log.exception("group %s: rebalance failed; the loop stops", self.group)
+                else:
+                    self._on_error(e)  # logs it
+                return
             self._wake.wait(self._poll)
             self._wake.clear()
 
