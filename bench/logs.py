@@ -15,8 +15,9 @@ same file, for ``--rounds`` rounds (each round both sides, one after the other):
    groups as Spark SQL (:func:`headwater.logs.config.log_changes`) into Spark's ``noop``
    sink, counting rows per table (observed metrics). What is timed is a *running*
    pipeline's throughput on a backlog: the query is started on a directory with a
-   warm-up file (``--warm`` entries, a third of the big file by default: JVM start, plan
-   compilation and the JIT's first compilations are not per-line work) and, once it has
+   warm-up file (``--warm`` entries, a third of the big file by default and at least
+   100 000: JVM start, plan compilation and the JIT's first compilations are not
+   per-line work) and, once it has
    structured that and the JIT compilers have gone idle (:func:`settle_jit`: the
    whole-stage generated code of the groups is compiled by C2 in the background, 5-10
    CPU-seconds on a loaded machine), the big file is renamed into the directory; the
@@ -195,7 +196,8 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     args = ap.parse_args()
     entries = args.entries or (100_000 if args.quick else 600_000)
-    warm = args.warm or entries // 3
+    # at least 100 000: fewer left some generated code to C2 in the timed batch
+    warm = args.warm or max(entries // 3, 100_000)
     rounds = args.rounds or (1 if args.quick else 3)
 
     from headwater.logs.config import parse_logs_section

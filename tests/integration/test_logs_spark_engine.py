@@ -36,7 +36,11 @@ GROUPS: list[dict[str, Any]] = [
             "user": "string",
         },
         "operators": [
-            {"extract": {"regex": TS + r" (?P<level>[A-Z]+) +\[(?P<thread>[^\]]*)\] (?P<msg>.*)$"}},
+            {
+                "extract": {
+                    "regex": "^" + TS + r" (?P<level>[A-Z]+) +\[(?P<thread>[^\]]*)\] (?P<msg>.*)$"
+                }
+            },
             {"filter": {"field": "msg", "regex": "^request "}},
             {"filter": {"field": "level", "in": ["INFO", "DEBUG"]}},
             {"kv": {"field": "msg", "keys": ["path", "ms", "bytes", "user"]}},

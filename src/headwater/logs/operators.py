@@ -92,6 +92,17 @@ def java_regex(pattern: str) -> str:
     return re.sub(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>", "(", pattern)
 
 
+def _anchored(pattern: str) -> bool:
+    """Does every match of ``pattern`` begin at the text's start? Conservatively: it
+    begins with ``^`` and has no ``|`` (an alternative could start elsewhere) and no
+    inline MULTILINE flag (``(?m)`` would let ``^`` match after a newline)."""
+    return (
+        pattern.startswith("^")
+        and "|" not in pattern
+        and re.search(r"\(\?[aiLmsux-]*m", pattern) is None
+    )
+
+
 def _empty_none(value: str | None) -> str | None:
     return None if value is None or value == "" else value
 
@@ -208,8 +219,11 @@ class Extract(Operator):
         # the match the leftmost one, as a search finds it; the rest is consumed so the
         # text is replaced once. A text holding a NUL of its own (it could not be told
         # from a separator) takes a test and one evaluation per group instead.
-        plain = ~value.contains(_NUL)
-        whole = f"^(?s:.*?)(?:{pattern})(?s:.*)$"
+        plain = share(~value.contains(_NUL))  # once: every output below tests it
+        # a pattern anchored at the text's start needs no lazy prefix (which, when the
+        # pattern fails, tries it again at every position before giving up)
+        prefix = "" if _anchored(self.regex) else "(?s:.*?)"
+        whole = f"^{prefix}(?:{pattern})(?s:.*)$"
         refs = _NUL.join(f"${index}" for index in groups.values())
         joined = share(F.when(plain, F.regexp_replace(value, whole, _NUL + refs)))
         parts = share(F.split(joined, "\\x00"))
