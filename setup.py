@@ -1,5 +1,6 @@
 """Build of the compiled parts of headwater (plain C API): the reader's ingest fast path,
-the Spark source's image JSON renderer, the row image decoder and the replay's key pass.
+the Spark source's image JSON renderer, the row image decoder, the replay's key pass and
+its survivors' decode into Arrow.
 
 Everything else is in pyproject.toml; setuptools merges the two. The extension needs
 only the C compiler and the Python headers.
@@ -27,6 +28,11 @@ setup(
         Extension(
             "headwater._native._lastwrite",
             sources=["src/headwater/_native/lastwrite.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
+        Extension(
+            "headwater._native._survivors",
+            sources=["src/headwater/_native/survivors.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
     ]

@@ -181,6 +181,9 @@ class _Shape:
     compiled: Any  # _lastwrite.Shape
     #: per column of the replay's definition: its place in the image, or None
     where: tuple[int | None, ...]
+    #: how _survivors decodes its after images into Arrow (None: it does not; False:
+    #: not asked yet)
+    plan: Any = False
 
 
 class _Table:
@@ -200,7 +203,12 @@ class _Table:
             self.names = tuple(f"@{i + 1}" for i in range(tm.column_count))
         plan = self.decoder.plan
         self.widths = tuple(value_width(c) for c in plan)
-        self.kinds = tuple((native_spec(c) or ("", 0, 0, None))[0] for c in plan)
+        specs = [native_spec(c) or ("", 0, 0, None) for c in plan]
+        self.kinds = tuple(kind for kind, _a, _b, _names in specs)
+        #: (kind, a, b, charmap) of each column for _survivors (ENUM/SET names unused)
+        self.sources = tuple(
+            (kind, a, b, names if kind == "charmap" else None) for kind, a, b, names in specs
+        )
         self.spec = spec
         self.shapes: dict[tuple[int, ...], _Shape] = {}
 
@@ -232,6 +240,20 @@ class _Table:
         where = tuple(at.get(c.name) for c in self.spec.columns)
         found = self.shapes[present] = _Shape(present, compiled, where)
         return found
+
+    def survivor_plan(self, shape: _Shape, targets: tuple[tuple[str, int, int], ...]) -> Any:
+        """The ``_survivors.Plan`` of ``shape``'s after images, or None when a column of
+        it is not one the C decoder types (then its images are decoded the Python way)."""
+        if shape.plan is False:
+            from headwater._native._survivors import plan
+
+            shape.plan = plan(
+                targets,
+                tuple(self.widths[i] for i in shape.present),
+                tuple(self.sources[i] for i in shape.present),
+                tuple(-1 if i is None else i for i in shape.where),
+            )
+        return shape.plan
 
 
 @dataclass(slots=True)
@@ -286,6 +308,10 @@ class _Event:
 
 
 _OPS = {"insert": 0, "update": 1, "delete": 2}
+#: Whether the surviving after images of typed columns are decoded by
+#: headwater._native._survivors (straight into Arrow buffers; a test turns it off to
+#: compare with the Python route)
+SURVIVORS_IN_C = True
 #: An event whose surviving rows are at least 1/_BULK of its rows is decoded whole (one
 #: call into C, then the survivors picked) rather than image by image.
 _BULK = 8
@@ -385,19 +411,44 @@ class _Walker:
         bounds = np.searchsorted(ordinals, wanted, side="left").tolist()
         ends = np.searchsorted(ordinals, wanted, side="right").tolist()
         where = dict(zip(wanted.tolist(), zip(bounds, ends, strict=True), strict=True))
+        targets = _targets(self.spec)
+        fast = None
+        if targets is not None:
+            from headwater._native._survivors import Columns
+
+            fast = Columns(targets)
         out = _Columns(self.spec)
         for ordinal, event in enumerate(self.events()):
             span = where.get(ordinal)
             if span is None:
                 continue
             lo, hi = span
+            shape = event.second or event.first
+            if fast is not None and targets is not None:
+                plan = event.table.survivor_plan(shape, targets)
+                # the batches keep sequence order: the other builder's rows go first
+                if plan is not None and out.rows:
+                    yield out.table()
+                    out = _Columns(self.spec)
+                try:
+                    done = plan is not None and fast.add(plan, event.buf, offsets[lo:hi].data)
+                except ValueError as exc:
+                    raise TruncatedError(str(exc)) from None
+                if done:
+                    if fast.rows >= BATCH_ROWS:
+                        yield _arrow_table(self.spec, fast.take())
+                    continue
+                if fast.rows:
+                    yield _arrow_table(self.spec, fast.take())
             images = event.after_images(rows[lo:hi], offs[lo:hi], counts[ordinal])
-            out.add(images, (event.second or event.first).where)
+            out.add(images, shape.where)
             if out.rows >= BATCH_ROWS:
                 yield out.table()
                 out = _Columns(self.spec)
         if out.rows:
             yield out.table()
+        if fast is not None and fast.rows:
+            yield _arrow_table(self.spec, fast.take())
 
 
 def _width_at(widths: tuple[tuple[int, int], ...], version: int) -> int | None:
@@ -409,6 +460,52 @@ def _width_at(widths: tuple[tuple[int, int], ...], version: int) -> int | None:
         if version >= v:
             expected = width
     return expected
+
+
+#: Arrow types the C survivor decoder fills (survivors.c), by their names there
+_C_TARGETS = {"int8", "int16", "int32", "int64", "double"}
+
+
+def _targets(spec: ScanSpec) -> tuple[tuple[str, int, int], ...] | None:
+    """The columns of ``spec`` as _survivors targets, or None when one is not a type
+    the C decoder fills (then every image is decoded the Python way)."""
+    import pyarrow as pa
+
+    if not SURVIVORS_IN_C:
+        return None
+    targets = []
+    for column in spec.columns:
+        kind = column.fast
+        if kind is None:
+            return None
+        if pa.types.is_decimal128(kind):
+            targets.append(("decimal", kind.precision, kind.scale))
+        elif kind == pa.string():
+            targets.append(("string", 0, 0))
+        elif str(kind) in _C_TARGETS:
+            name = "float64" if str(kind) == "double" else str(kind)
+            targets.append((name, 0, 0))
+        else:
+            return None
+    return tuple(targets)
+
+
+def _arrow_table(spec: ScanSpec, taken: Any) -> pa.Table:
+    """The physical columns (``_v``/``_t``) of the buffers of ``Columns.take()``."""
+    import pyarrow as pa
+
+    arrays: dict[str, pa.Array] = {}
+    for column, (n, nulls, valid, data, offsets) in zip(spec.columns, taken, strict=True):
+        buffers = [None if valid is None else pa.py_buffer(valid)]
+        if offsets is not None:
+            buffers.append(pa.py_buffer(offsets))
+        buffers.append(pa.py_buffer(data))
+        assert column.fast is not None
+        arrays[f"_v{column.index}"] = pa.Array.from_buffers(
+            column.fast, n, buffers, null_count=nulls
+        )
+        arrays[f"_t{column.index}"] = pa.nulls(n, pa.string())
+    return pa.table(arrays)
 
 
 class _Columns:
