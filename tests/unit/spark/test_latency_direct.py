@@ -179,3 +179,39 @@ def test_driver_batches_fill_the_progress_reports_spark_leaves_empty() -> None:
     assert _observed(out[1], "newest_ts_us") == 1_700_000_000_000_000
     assert _observed_tables(out[1], OBSERVED_IN) == {"a.t": 3}
     assert _observed_tables(out[1], None) == {"b.t": 2}
+
+
+def test_driver_routing_is_the_glues(spark: SparkSession) -> None:
+    """Each row copy's shard in the driver (direct._apply_rows: spark_shard of the copy's
+    key) is the partition the SQL sinks' Spark glue routes it to, key updates and DDL
+    included (the glue's own routing projection, run by Spark)."""
+    from headwater.changes.schema import change_schema
+    from headwater.sinks.glue import _part_keys, _routed
+
+    rows = [_change(i, "insert") for i in range(40)]
+    moved = _change(40)
+    moved["before_key"] = '{"id": 4000}'
+    ddl = _change(41, "ddl")
+    ddl.update(key=None, before=None, after=None, sql="ALTER TABLE users ADD c INT")
+    rows += [moved, ddl]
+    df = spark.createDataFrame(rows, change_schema())
+    for count in (2, 3):
+        keys = _part_keys(spark, count)
+        got = sorted(
+            (r["sequence"], r["role"], r["key"], keys.index(r["part"]))
+            for r in _routed(df, count, keys).collect()
+        )
+        want = []
+        for r in rows:
+            if r["op"] == "ddl":
+                want += [(r["sequence"], 0, r["key"], s) for s in range(count)]
+            elif r["before_key"] is not None:
+                for role, key in ((1, r["before_key"]), (2, r["key"])):
+                    want.append(
+                        (r["sequence"], role, key, spark_shard("shop", "users", key, count))
+                    )
+            else:
+                want.append(
+                    (r["sequence"], 0, r["key"], spark_shard("shop", "users", r["key"], count))
+                )
+        assert got == sorted(want)
