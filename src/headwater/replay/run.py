@@ -125,18 +125,51 @@ class ParquetParts:
         path = os.path.join(self.directory, f"part-{part:05d}.parquet")
         tmp = path + ".tmp"
         rows = 0
-        with pq.ParquetWriter(tmp, schema) as writer:
+        writer = None
+        try:
             for table in scan.read_part(part):
                 n = table.num_rows
                 if any(table[f"_t{c.index}"].null_count != n for c in scan.columns):
-                    writer.close()
-                    os.unlink(tmp)
+                    if writer is not None:
+                        writer.close()
+                        os.unlink(tmp)
                     return 0, True
-                typed = [table[f"_v{c.index}"] for c in scan.columns]
-                writer.write_table(pa.Table.from_arrays(typed, schema=schema))
+                typed = pa.Table.from_arrays(
+                    [table[f"_v{c.index}"] for c in scan.columns], schema=schema
+                )
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, schema, use_dictionary=_repeating(typed))
+                writer.write_table(typed)
                 rows += n
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, schema)
+        except BaseException:
+            if writer is not None:
+                writer.close()
+                os.unlink(tmp)
+            raise
+        writer.close()
         os.replace(tmp, path)
         return rows, False
+
+
+def _repeating(table: pa.Table) -> list[str]:
+    """The columns worth dictionary encoding in Parquet: those whose first batch has at
+    most one distinct value in :data:`_DICTIONARY_RATIO` rows. Others are written plain:
+    the writer's dictionary attempt on unique values (keys, timestamps, free text) cost
+    about half of the write and ends in plain pages anyway (1 MB dictionary page limit)."""
+    import pyarrow.compute as pc
+
+    n = max(table.num_rows, 1)
+    return [
+        name
+        for name, column in zip(table.column_names, table.columns, strict=True)
+        if pc.count_distinct(column, mode="all").as_py() * _DICTIONARY_RATIO <= n
+    ]
+
+
+#: A column is dictionary encoded when its first batch repeats values this often on average
+_DICTIONARY_RATIO = 8
 
 
 def _write_typed(spark: SparkSession, scan: ScanSpec, path: Path) -> bool:

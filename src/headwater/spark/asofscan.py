@@ -166,9 +166,18 @@ class ScanSpec:
             walker = _Walker(self, log)
             scanner = Scanner(self.parts, part)
             counts: list[int] = []
+            # The events are kept for pass 2 while they fit KEEP_BYTES (one walk instead
+            # of two); beyond, pass 2 reads the range again.
+            kept: list[_Event] | None = []
+            held = 0
             for event in walker.events():
                 counts.append(event.scan(scanner, len(counts)))
-            yield from walker.survivors(scanner, counts)
+                if kept is not None:
+                    held += len(event.buf)
+                    kept = kept if held <= KEEP_BYTES else None
+                    if kept is not None:
+                        kept.append(event)
+            yield from walker.survivors(scanner, counts, kept)
         finally:
             log.close()
 
@@ -308,6 +317,9 @@ class _Event:
 
 
 _OPS = {"insert": 0, "update": 1, "delete": 2}
+#: Bytes of rows events a task keeps from pass 1 for pass 2 (its memory; a larger range
+#: is read twice)
+KEEP_BYTES = 256 << 20
 #: Whether the surviving after images of typed columns are decoded by
 #: headwater._native._survivors (straight into Arrow buffers; a test turns it off to
 #: compare with the Python route)
@@ -396,8 +408,11 @@ class _Walker:
             pos,
         )
 
-    def survivors(self, scanner: Any, counts: list[int]) -> Iterator[pa.Table]:
-        """Pass 2: the surviving puts' after images, as physical columns."""
+    def survivors(
+        self, scanner: Any, counts: list[int], kept: list[_Event] | None = None
+    ) -> Iterator[pa.Table]:
+        """Pass 2: the surviving puts' after images, as physical columns (of ``kept``,
+        the events of pass 1, or of the range read again)."""
         import numpy as np
 
         seqs_raw, offsets_raw = scanner.survivors()
@@ -418,7 +433,7 @@ class _Walker:
 
             fast = Columns(targets)
         out = _Columns(self.spec)
-        for ordinal, event in enumerate(self.events()):
+        for ordinal, event in enumerate(self.events() if kept is None else kept):
             span = where.get(ordinal)
             if span is None:
                 continue
