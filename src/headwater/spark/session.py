@@ -97,8 +97,10 @@ def session_conf(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         # The JIT skips methods over 8000 bytes of bytecode by default; Spark's generated
-        # code for a wide projection passes that (the log groups' plan: 10 KB), and then
-        # runs interpreted (headwater.logs.plan; measured: 20% more CPU).
+        # code for a wide projection passes that, and then runs interpreted (measured on
+        # the log groups' plan: 20% more CPU). Very large methods still defeat C2 (one
+        # 176 KB method of every log group gave up "out of nodes"): headwater.logs.plan
+        # cuts its plan into one compiled stage per group.
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:-DontCompileHugeMethods",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC -XX:-DontCompileHugeMethods",
     }
