@@ -177,8 +177,8 @@ class DirectBatch:
 _NAME_ONLY = ("RenameDatabaseSpec", "RenameTableSpec")
 #: Transforms that run as Spark SQL expressions: no driver path.
 _SQL_ONLY = ("FilterSpec", "ComputeSpec")
-#: The columns the glue hands the apply step (sinks.glue's ``_COLUMNS``; ``before`` and
-#: ``before_key`` only route).
+#: The columns the glue hands the apply step (sinks.glue's ``SOURCE_COLUMNS`` but
+#: ``before_key``, which only routes).
 _DDL_COLUMNS = (
     "source", "database", "table", "op", "sequence", "change_id", "file_num", "offset",
     "event_index", "key", "after", "sql", "ts_us",
@@ -222,9 +222,12 @@ class DirectApply:
     @classmethod
     def of(cls, config: PipelineConfig, sinks: Sequence[Any]) -> DirectApply | None:
         """The driver path of ``config``, or None (logged) when it cannot take it."""
+        from headwater.pipeline.columns import source_options
         from headwater.spark.offsets import parse_options
 
-        options = parse_options(dict(config.source.options)) if config.source.logs is None else None
+        # The Spark path's options, ``columns`` included: the same columns are decoded.
+        logs = config.source.logs is not None
+        options = None if logs else parse_options(source_options(config, sinks))
         why = "a log-file source" if options is None else unsupported(config, sinks, options)
         if why is not None or options is None:
             log.info("pipeline %s: every micro-batch runs as a Spark job (%s)", config.name, why)

@@ -58,6 +58,7 @@ import orjson
 
 from headwater.changes.sequence import record_of, row_of, sequence_of
 from headwater.errors import HeadwaterError
+from headwater.pipeline.columns import source_options
 from headwater.pipeline.config import PipelineConfig
 from headwater.pipeline.failures import is_spark_error, spark_failure
 from headwater.pipeline.sinks import build_sink
@@ -276,7 +277,8 @@ class PipelineRunner:
             return rows.observe(OBSERVED, *_observed_columns(F))
         register(spark)
         reader = spark.readStream.format("headwater")
-        for key, value in self.config.source.options:
+        # Only the columns the plan reads (headwater.pipeline.columns).
+        for key, value in source_options(self.config, self.sinks).items():
             reader = reader.option(key, value)
         from pyspark.sql import functions as F
 

@@ -8,7 +8,8 @@
    copy keyed by ``key`` (the roles of :func:`headwater.sinks.merge.route_row`); the
    shard is ``pmod(xxhash64(database, table, key text), shards)``. A DDL row is copied
    to every shard: every shard sees every DDL of the batch. Only the columns the apply
-   step reads go on (``before`` stays behind), so the shuffle moves less;
+   step reads go on (:data:`SOURCE_COLUMNS`; a pipeline has its source produce no
+   others: :mod:`headwater.pipeline.columns`), so the shuffle moves less;
 2. ``repartition(shards, "part")`` moves rows to their shard's partition inside the JVM
    (``part``, a value picked per shard, is such that shard *i* is partition *i*). A
    micro-batch that arrives in one partition (the source cuts small batches into one
@@ -55,12 +56,15 @@ if TYPE_CHECKING:
 
     from headwater.sinks.sql import SqlSink
 
-__all__ = ["write_sql_batch"]
+__all__ = ["SOURCE_COLUMNS", "write_sql_batch"]
 
 log = logging.getLogger(__name__)
 
-#: Columns of the change rows the apply step reads (the rest stay in the JVM).
-_COLUMNS = (
+#: Columns of the change rows routing and the apply step read: what a pipeline of SQL
+#: sinks has the source produce (its ``columns`` option, :mod:`headwater.pipeline.columns`;
+#: the others, ``before`` above all, are never built in the JVM). Not ``before``: routing
+#: reads ``before_key`` and collapsing reads ``key`` and ``after`` (merge.py).
+SOURCE_COLUMNS = (
     "source",
     "database",
     "table",
@@ -71,15 +75,15 @@ _COLUMNS = (
     "offset",
     "event_index",
     "key",
-    "before",
     "after",
     "sql",
     "ts_us",
     "before_key",
 )
+_COLUMNS = SOURCE_COLUMNS
 #: Columns the apply step reads (after routing: ``key`` is the copy's key).
 _APPLY_COLUMNS = (
-    *(c for c in _COLUMNS if c not in ("before", "before_key")),
+    *(c for c in _COLUMNS if c != "before_key"),
     "role",
     "part",
 )

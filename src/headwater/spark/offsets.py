@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from headwater.changes.schema import CHANGE_COLUMNS
 from headwater.changes.sequence import ROW_LIMIT
 from headwater.errors import ConfigError
 from headwater.position import BinlogCoordinate, Position, binlog_file_number, parse_gtid_set
@@ -95,6 +96,7 @@ _KNOWN = {
     "maxbytespertrigger",
     "partitions",
     "minbytesperpartition",
+    "columns",
     "burstwaitms",
     "burstquietms",
     "idleadvancems",
@@ -147,7 +149,11 @@ class SourceOptions:
     task's readers as registered in that ZooKeeper ensemble); :func:`parse_server`;
     ``task`` names the reader task (for ``path`` the directory's name by default).
     ``ending`` is only for batch reads (exclusive: the first record at or after it is not
-    read; None: the log's end when the read is planned).
+    read; None: the log's end when the read is planned). ``columns`` (the ``columns``
+    option) are the change-row columns the source produces, in the change schema's order
+    (None: all of them): a pipeline sets it to what its transforms and sinks read, so
+    that the JVM does not convert, project and carry the others (``before`` above all)
+    for every row only to drop them.
     """
 
     task: str
@@ -171,6 +177,7 @@ class SourceOptions:
     burst_quiet_ms: int = DEFAULT_BURST_QUIET_MS
     idle_advance_ms: int = DEFAULT_IDLE_ADVANCE_MS
     direct_max_rows: int = DEFAULT_DIRECT_MAX_ROWS
+    columns: tuple[str, ...] | None = None
 
     @property
     def source_name(self) -> str:
@@ -214,6 +221,23 @@ def _tables(text: str | None) -> TableMatcher:
         if not dot or not db or not tbl or "." in tbl:
             raise ConfigError(f"expected 'db.table' or 'db.*', got {name!r}", field="tables")
     return TableMatcher(names)
+
+
+def _columns(text: str | None) -> tuple[str, ...] | None:
+    """The ``columns`` option: a comma list of change-row column names, kept in the change
+    schema's order (the source's schema lists them so)."""
+    if text is None:
+        return None
+    names = {part.strip() for part in text.split(",") if part.strip()}
+    known = [name for name, _kind in CHANGE_COLUMNS]
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown change column {unknown[0]!r} (known: {', '.join(known)})", field="columns"
+        )
+    if not names:
+        raise ConfigError("expected a comma list of change-row columns", field="columns")
+    return tuple(name for name in known if name in names)
 
 
 def _timestamp_us(text: str, field: str) -> int:
@@ -428,6 +452,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         burst_quiet_ms=_positive(opts, "burstQuietMs") or DEFAULT_BURST_QUIET_MS,
         idle_advance_ms=_not_negative(opts, "idleAdvanceMs", DEFAULT_IDLE_ADVANCE_MS),
         direct_max_rows=_not_negative(opts, "driverApplyMaxRows", DEFAULT_DIRECT_MAX_ROWS),
+        columns=_columns(opts.get("columns")),
     )
 
 

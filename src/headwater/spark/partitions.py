@@ -15,7 +15,8 @@ Reading (executors). :func:`read_slice` opens its own log (task directory or HTT
 connection), reads the slice's records one at a time, decodes each into change blocks
 (:func:`headwater.changes.decode_blocks`: one per rows event, the rows as value tuples)
 and yields ``pyarrow.RecordBatch`` es of the change schema
-(:func:`headwater.changes.schema.change_arrow_schema`) of at most :data:`BATCH_ROWS` rows,
+(:func:`headwater.changes.schema.change_arrow_schema`; with the ``columns`` option only
+those columns, :func:`slice_schema`) of at most :data:`BATCH_ROWS` rows,
 the same rows as :func:`headwater.changes.decode_record` would give (a differential test
 holds the two equal). The JSON images are rendered in C straight into the batch's Arrow
 buffers (``headwater._native._imagejson``, the same text as the Python path, which runs
@@ -72,6 +73,7 @@ __all__ = [
     "read_slice",
     "scan_batch",
     "slice_blocks",
+    "slice_schema",
 ]
 
 #: Rows per Arrow record batch yielded by :func:`read_slice`.
@@ -256,22 +258,27 @@ class _Columns:
         self.rows += hi - lo
 
     def batch(self, schema: pyarrow.Schema) -> pyarrow.RecordBatch:
+        """The batch of ``schema``'s columns (all of the change schema's, or those the
+        ``columns`` option names: the others are not built)."""
         import numpy as np
         import pyarrow as pa
 
+        wanted = set(schema.names)
         counts = np.array(self.counts, dtype=np.int64)
         which = pa.array(np.repeat(np.arange(len(counts), dtype=np.int64), counts))
-        # Row i of run r (which starts at row s_r) has sequence first_r + i - s_r.
-        starts = np.cumsum(counts) - counts
-        sequence = np.repeat(np.array(self.firsts, dtype=np.int64) - starts, counts)
-        sequence += np.arange(self.rows, dtype=np.int64)
-        arrays: dict[str, pyarrow.Array] = {
-            "sequence": pa.array(sequence, type=pa.int64()),
-            **dict(zip(("key", "before", "after", "before_key"), _arrow(self.images), strict=True)),
-        }
+        arrays: dict[str, pyarrow.Array] = dict(
+            zip(("key", "before", "after", "before_key"), _arrow(self.images), strict=True)
+        )
+        if "sequence" in wanted:
+            # Row i of run r (which starts at row s_r) has sequence first_r + i - s_r.
+            starts = np.cumsum(counts) - counts
+            sequence = np.repeat(np.array(self.firsts, dtype=np.int64) - starts, counts)
+            sequence += np.arange(self.rows, dtype=np.int64)
+            arrays["sequence"] = pa.array(sequence, type=pa.int64())
         for j, name in enumerate(_RUN_COLUMNS):
-            values = pa.array([run[j] for run in self.runs], type=schema.field(name).type)
-            arrays[name] = values.take(which)
+            if name in wanted:
+                values = pa.array([run[j] for run in self.runs], type=schema.field(name).type)
+                arrays[name] = values.take(which)
         return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
 
@@ -476,9 +483,20 @@ def slice_blocks(
                 yield rec, block, lo, hi
 
 
+def slice_schema(options: SourceOptions) -> pyarrow.Schema:
+    """The Arrow schema of a slice's batches: the change schema, or the columns of it that
+    the ``columns`` option names (in the change schema's order)."""
+    schema = change_arrow_schema()
+    if options.columns is None:
+        return schema
+    import pyarrow as pa
+
+    return pa.schema([f for f in schema if f.name in options.columns])
+
+
 def _read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
     options = part.options
-    schema = change_arrow_schema()
+    schema = slice_schema(options)
     log = open_log(options)
     try:
         rows = _Columns()

@@ -8,8 +8,9 @@
           .option("tables", "shop.*").option("maxRowsPerTrigger", "10000")
           .load())
 
-Rows have the change schema of :mod:`headwater.changes.schema`. Options are in
-:mod:`headwater.spark.offsets` and docs/formats.md ("Spark source").
+Rows have the change schema of :mod:`headwater.changes.schema` (with the ``columns``
+option, only the columns it names: a pipeline sets it to what its plan reads). Options
+are in :mod:`headwater.spark.offsets` and docs/formats.md ("Spark source").
 
 Contracts (pyspark's ``datasource.py``): the :class:`DataSource` and its readers are
 pickled to Python workers; ``partitions``/``latestOffset`` run on the driver side,
@@ -120,7 +121,15 @@ class HeadwaterDataSource(DataSource):
         return "headwater"
 
     def schema(self) -> StructType:
-        return change_schema()
+        # The ``columns`` option: only those (a pipeline's plan needs; Spark 4.3's Python
+        # data sources get no column pruning from Spark: pushFilters is all they get).
+        full = change_schema()
+        wanted = self.parsed.columns
+        if wanted is None:
+            return full
+        from pyspark.sql.types import StructType
+
+        return StructType([f for f in full.fields if f.name in wanted])
 
     def reader(self, schema: StructType) -> HeadwaterReader:
         return HeadwaterReader(self.parsed)
