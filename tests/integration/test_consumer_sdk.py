@@ -413,3 +413,21 @@ def test_a_worker_that_fails_outside_the_handler_stops_the_consumer(
     assert any(r.exc_info and r.exc_info[1] is error.__cause__ for r in caplog.records)
     state = store.load("broken")
     assert state is not None and state.next[1] <= broken[0]
+
+
+def test_one_shard_gets_every_change_in_log_order_once(
+    mariadb: MariadbSandbox, reader: Http, tmp_path: Path
+) -> None:
+    """With one shard the raw feed routes rows events without hashing them."""
+    _workload(mariadb, random.Random(188), 60)
+    expected = _expected(reader, mariadb)
+    options = ConsumerOptions(
+        task="src", group="one", readers=(reader.url,), tables=("sdk.*",), shards=1,
+        batch_size=7, max_wait=0.01, ddl=False,
+    )  # fmt: skip
+    got = Collector()
+    with Consumer(options, got, FileStore(tmp_path / "cp")):
+        wait_for(lambda: len(got.changes()) >= len(expected), 60, "every change")
+    seqs = [c.sequence for _s, c in got.changes()]
+    assert seqs == [r["sequence"] for r in expected]
+    assert {s for s, _c in got.changes()} == {0}

@@ -184,6 +184,7 @@ class Shard:
         self.fed = nxt  # every change of this shard below it is queued or was handled
         self.acked = nxt
         self.saved = nxt
+        self.saving = threading.Lock()  # held by a save of this shard (Consumer._save)
         self.acks = 0
         self.due = False  # its flush_every-th ack since the last save: save it now
         self.saved_at = time.monotonic()
@@ -378,6 +379,12 @@ class Consumer:
     def _stop_until(self, deadline: float) -> None:
         """The stop (see :meth:`stop`); every wait ends at ``deadline``."""
         if self.member is not None:
+            # what is acked now is saved first: the group's loop may hang past the
+            # deadline (a claim waiting on a checkpoint row), and its revokes with it
+            with self._lock:
+                owned = list(self._shards.values())
+            for one in owned:
+                self._save(one)
             # revokes (and flushes) every shard; a loop stuck beyond the deadline (in a
             # claim, say) is left behind, and the shards it still has are revoked below
             self.member.stop(timeout=max(0.0, deadline - time.monotonic()))
@@ -613,14 +620,17 @@ class Consumer:
     # -- checkpoints
 
     def _save(self, shard: Shard) -> None:
-        acked = shard.acked
-        if acked <= shard.saved:
-            return
-        try:
-            self.store.save(self.options.group, shard.number, acked, shard.epoch)
-            shard.saved = acked
-        except FencedError as e:
-            self._fence(shard, e)
+        # one save of a shard at a time (the flusher, a revoke and a stop may meet), so a
+        # checkpoint written later is never an older one
+        with shard.saving:
+            acked = shard.acked
+            if acked <= shard.saved:
+                return
+            try:
+                self.store.save(self.options.group, shard.number, acked, shard.epoch)
+                shard.saved = acked
+            except FencedError as e:
+                self._fence(shard, e)
 
     def _flush_loop(self) -> None:
         """Save each shard at its ``flush_every``-th ack and when its last save is

@@ -7,12 +7,19 @@ cost about 40 % of the decoding time). :class:`ShardHasher` gives exactly
 CRC over the value parts (CRC32C is a running checksum: ``crc(a + b) == crc(b, crc(a))``),
 and encodes the common key types (``int``, ``str``) inline; any other value goes through
 ``stable_hash`` itself. A unit test checks it against ``stable_hash``.
+
+A rows block whose key is one column of only ``int`` (or only ``str``) values, the usual
+primary key, is hashed a column at a time in C-level ``map`` loops: the column's values,
+their texts, and each text's CRC continued from the table's CRC of ``prefix + len(text)``
+(kept per table for texts shorter than :data:`_SHORT` bytes), so per row only the text's
+formatting and one ``crc32c`` call remain (about 250 ns, was about 350 ns).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from crc32c import crc32c
@@ -24,6 +31,13 @@ from headwater.server.sharding import key_values, stable_hash
 __all__ = ["ShardHasher"]
 
 _LEN = struct.Struct("<I")
+#: Texts shorter than this are hashed from the table's CRC of ``prefix + len(text)``.
+_SHORT = 64
+_TEXT = b"%d".__mod__  # an int's text, as stable_hash encodes it
+
+
+def _utf8(value: str) -> bytes:
+    return value.encode("utf-8", "surrogateescape")
 
 
 class ShardHasher:
@@ -33,6 +47,8 @@ class ShardHasher:
     def __init__(self, keys: Mapping[str, Sequence[str]]) -> None:
         self._keys = {k: tuple(v) for k, v in keys.items()}
         self._tables: dict[tuple[str, str], tuple[int, tuple[str, ...] | None]] = {}
+        # per table: the CRC of prefix + the length part of a text of each length < _SHORT
+        self._states: dict[int, list[int]] = {}
 
     def _table(self, database: str, table: str) -> tuple[int, tuple[str, ...] | None]:
         entry = self._tables.get((database, table))
@@ -48,6 +64,25 @@ class ShardHasher:
     def __call__(self, row: ChangeRow) -> int:
         prefix, columns = self._table(row.database, row.table)
         return self._hash(prefix, key_values(row, columns), row.database, row.table)
+
+    def _column(self, prefix: int, values: list[Any]) -> list[int] | None:
+        """The hashes of one-column keys ``values`` if all are ``int`` or all ``str``
+        with texts shorter than ``_SHORT`` (None otherwise: the caller goes row by row)."""
+        kinds = set(map(type, values))
+        if kinds == {int}:
+            texts = list(map(_TEXT, values))
+        elif kinds == {str}:
+            texts = list(map(_utf8, values))
+        else:
+            return None
+        lengths = list(map(len, texts))
+        if max(lengths) >= _SHORT:
+            return None
+        states = self._states.get(prefix)
+        if states is None:
+            states = [crc32c(_LEN.pack(n), prefix) for n in range(_SHORT)]
+            self._states[prefix] = states
+        return list(map(crc32c, texts, map(states.__getitem__, lengths)))
 
     def block(self, block: ChangeBlock) -> list[int]:
         """``self(row)`` of each change of a rows block (not DDL), in ``block_changes``
@@ -66,6 +101,10 @@ class ShardHasher:
         images = [r[1] for r in block.rows] if op == "update" else block.rows
         if len(at) == 1 and at[0] is not None:  # one key column: the common case, inline
             i = at[0]
+            if images:
+                hashes = self._column(prefix, list(map(itemgetter(i), images)))
+                if hashes is not None:
+                    return hashes
             out = []
             for image in images:
                 value = image[i]

@@ -17,6 +17,9 @@ shape of the loop (``bench/consumer.py``): decoding dominates (about 6 µs per r
 * a wait for a page ends as soon as a shard is assigned (or the consumer stops), and the
   page being routed is broken off: the stream re-reads from the new shard's checkpoint
   at once instead of after a long poll and a whole page;
+* a rows event that starts at or after every served shard's ``fed`` (the steady state:
+  no shard is being re-read, no earlier generation) is split by shard without a position
+  check per row, and with one shard not even hashed;
 * a change is queued as an index into its rows event's value tuples (a
   :class:`~headwater.client.runs.Run` per shard and event), not as an object, and a page
   is routed with the cyclic garbage collector paused: objects that wait in queues are
@@ -150,6 +153,10 @@ class RawFeed:
         feds = [_NOT_OURS] * count  # a shard not served here takes no change
         for number, shard in live.items():
             feds[number] = shard.fed
+        # a block starting at or after every served shard's fed (in a first generation)
+        # is only split by shard: no per-row position check (feds only ever become
+        # _NOT_OURS below, so this bound stays valid for the page)
+        top = max(feds[n] for n in live) if live else _NOT_OURS
         pending = 0
         for doc in docs:
             record = record_of(doc)
@@ -166,6 +173,20 @@ class RawFeed:
                         pending += 1
                     continue
                 shared = RowBlock(record, block, source)
+                if not previous and first >= top:
+                    groups: list[list[int]]
+                    if count == 1:  # one shard takes every row: no hash needed
+                        groups = [list(range(len(block.rows)))]
+                    else:
+                        groups = [[] for _ in range(count)]
+                        adds = [g.append for g in groups]
+                        for i, h in enumerate(hasher.block(block)):
+                            adds[h % count](i)
+                    for number, group in enumerate(groups):
+                        if group and feds[number] != _NOT_OURS:
+                            lists[number].append(Run(shared, first, block.rows, group))
+                            pending += len(group)
+                    continue
                 ats: list[list[int] | None] = [None] * count
                 for i, h in enumerate(hasher.block(block)):
                     number = h % count

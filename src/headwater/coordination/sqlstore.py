@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -182,6 +182,31 @@ class SqlStore:
             )
             row = cur.fetchone()
             return int(row[0]), int(row[1])
+
+    def claim_many(self, group: str, shards: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """``claim(group, shard, None)`` of every shard in one transaction (one UPDATE, one
+        SELECT, one commit): a consumer without a group claims all its shards at start."""
+        wanted = sorted(set(shards))
+        if not wanted:
+            return {}
+        marks = ", ".join(["%s"] * len(wanted))
+        with self._tx() as cur:
+            cur.execute(
+                f"UPDATE {SHARDS} SET epoch = epoch + 1, version = version + 1 "
+                f"WHERE group_name = %s AND shard IN ({marks})",
+                (group, *wanted),
+            )
+            if cur.rowcount != len(wanted):
+                raise CoordinationError(
+                    f"SQL group {group}: {len(wanted) - cur.rowcount} of shards {wanted} "
+                    "have no checkpoint row"
+                )
+            cur.execute(
+                f"SELECT shard, epoch, next_sequence FROM {SHARDS} "
+                f"WHERE group_name = %s AND shard IN ({marks})",
+                (group, *wanted),
+            )
+            return {int(s): (int(e), int(n)) for s, e, n in cur.fetchall()}
 
     @staticmethod
     def save_in(cur: Any, group: str, shard: int, next_sequence: int, epoch: int) -> None:
