@@ -65,7 +65,9 @@ apply, single-row transactions>``. Last line: ``pipeline_vs_native_replication=<
 median rows/s / MariaDB serial apply rows/s, batched>``.
 Rows (``--full``, the default): 500 000 (800 000 changes) and 10 000 single-row INSERTs;
 ``--quick``: 20 000 rows, 2 000 single-row INSERTs and 8 s of latency (a few minutes with
-a durable target, most of it the naive replicator).
+a durable target, most of it the naive replicator). Each headwater round also prints the
+CPU seconds of the Spark JVM (its own threads) and of its Python workers per change
+(from /proc: less swayed by the machine's load than the round's wall time).
 """
 
 from __future__ import annotations
@@ -447,6 +449,45 @@ def latency(
     return sorted(visible[i] - committed[i] for i in committed if i in visible)
 
 
+def _procs() -> dict[int, tuple[int, str, float, float]]:
+    """``pid -> (ppid, comm, own CPU s, reaped children's CPU s)`` from /proc (proc(5):
+    ``stat`` fields 14-17, utime stime cutime cstime, in clock ticks)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                text = f.read().decode()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+        out[int(entry)] = (int(fields[1]), comm, (utime + stime) / tick, (cutime + cstime) / tick)
+    return out
+
+
+def spark_cpu() -> tuple[float, float]:
+    """CPU seconds so far of this process's Spark JVM (its own threads) and of its Python
+    workers (every process below the JVM, with the children they reaped)."""
+    procs = _procs()
+    me = os.getpid()
+    jvms = [pid for pid, (ppid, comm, _o, _c) in procs.items() if ppid == me and comm == "java"]
+    if not jvms:
+        return 0.0, 0.0
+    jvm = jvms[0]
+    below, frontier = set(), [jvm]
+    while frontier:
+        parent = frontier.pop()
+        kids = [pid for pid, (ppid, *_rest) in procs.items() if ppid == parent]
+        below.update(kids)
+        frontier += kids
+    workers = procs[jvm][3] + sum(procs[p][2] + procs[p][3] for p in below)
+    return procs[jvm][2], workers
+
+
 def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
 
@@ -598,6 +639,7 @@ def main() -> None:
             nonlocal task
             log = open_log(parse_options({"path": str(tmp / "task")}), decoding=False)
             before = query.lastProgress["batchId"]
+            cpu0 = spark_cpu()
             t0 = time.perf_counter()
             task = reader_task = start_reader()
             wait(lambda: caught_up(reader_task, gtid), 300, "the reader")
@@ -605,6 +647,8 @@ def main() -> None:
             end_seq = log.end()[0]
             wait(lambda: applied_all(query, end_seq), 300, "the pipeline", period=0.02)
             hw_s = time.perf_counter() - t0
+            jvm_s, py_s = (b - a for a, b in zip(cpu0, spark_cpu(), strict=True))
+            cpu.setdefault(table[:1], []).append((jvm_s / changes, py_s / changes))
             log.close()
             for p in query.recentProgress:
                 if p["batchId"] > before and p["numInputRows"]:
@@ -617,9 +661,14 @@ def main() -> None:
             assert checksum(target, "bench_hw", table) == expected, "headwater target differs"
             print(
                 f"headwater {table}: {hw_s:.2f} s ({reader_s:.2f} s reader catch-up),"
-                f" {changes / hw_s:,.0f} rows/s"
+                f" {changes / hw_s:,.0f} rows/s; Spark JVM {jvm_s:.2f} CPU-s"
+                f" ({jvm_s / changes * 1e6:.1f} us/change), Python workers {py_s:.2f} CPU-s"
+                f" ({py_s / changes * 1e6:.1f} us/change)"
             )
             return hw_s
+
+        #: per-change CPU seconds (JVM, Python workers) of each round, by workload
+        cpu: dict[str, list[tuple[float, float]]] = {}
 
         # Round 1 replicates the naive replicator's binlog; rounds 2.. the same workload on
         # tables of their own, committed while the reader is stopped again. The median
@@ -668,6 +717,12 @@ def main() -> None:
         for label, rate in native_single.items():
             print(f"MariaDB replication {label}: {rate:,.0f} rows/s (single-row)")
         print(f"headwater: {hw_rate:,.0f} rows/s (batched), {hw_single:,.0f} rows/s (single-row)")
+        batched = cpu["t"]
+        print(
+            "headwater CPU per change, batched (median of rounds): Spark JVM"
+            f" {statistics.median(j for j, _p in batched) * 1e6:.1f} us, Python workers"
+            f" {statistics.median(p for _j, p in batched) * 1e6:.1f} us"
+        )
         print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         print(f"pipeline_speedup_vs_naive={hw_rate / naive_rate:.1f}")
         print(f"pipeline_pg_vs_copy={pg_rate / copy_rate:.2f}")
