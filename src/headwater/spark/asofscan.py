@@ -13,8 +13,15 @@ for their keys only. :class:`ScanSpec` does that in each of ``parts`` tasks
    C: no Python object per row); each key hashed to this task's part gets its last
    write (sequence, put or remove, and where a put's after image starts in its event);
 2. **survivor pass**: walk the same events again (the same order, so the same event
-   ordinals) and decode the after images of the surviving puts only, into the physical
-   columns of :mod:`headwater.spark.asofread` (``_v``/``_t``, typed by the JVM after).
+   ordinals; the events pass 1 kept in memory, up to :data:`KEEP_BYTES`, else the range
+   read again) and decode the after images of the surviving puts only, into the
+   physical columns of :mod:`headwater.spark.asofread` (``_v``/``_t``, typed by the JVM
+   after). When every column's values come typed (``_v``), the images are decoded in C
+   straight into Arrow buffers (:mod:`headwater._native._survivors`: integers,
+   FLOAT/DOUBLE, DECIMAL up to 38 digits, utf8/ascii/latin1 text), no Python value per
+   row; an image shape with another column kind, or an event with a value that C
+   cannot type exactly as the Python route would (out of the Arrow type's range, text
+   invalid in its charset), is decoded the Python way, in batches of its own.
 
 Why it is correct: every key is in exactly one part (its hash), and the task of that
 part sees every write to it, in log order (one task reads the whole range), so its last
