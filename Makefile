@@ -36,8 +36,7 @@ system-packages:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-$(STAMP): pyproject.toml setup.py src/headwater/_native/ingest.c src/headwater/_native/imagejson.c \
-		src/headwater/_native/rowimage.c
+$(STAMP): pyproject.toml setup.py $(wildcard src/headwater/_native/*.c)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
