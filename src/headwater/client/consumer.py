@@ -58,7 +58,7 @@ from headwater.client.rawfeed import RawFeed
 from headwater.client.runs import Changes, Run, RunQueue
 from headwater.client.transport import Readers
 from headwater.coordination import FencedError
-from headwater.coordination.checkpoints import CheckpointStore, GroupState, claim_all
+from headwater.coordination.checkpoints import CheckpointStore, GroupState, create_claiming
 from headwater.coordination.sqlstore import SqlStore
 from headwater.coordination.zk import DEFAULT_SESSION_TIMEOUT
 from headwater.errors import ConfigError, HeadwaterError
@@ -301,7 +301,12 @@ class Consumer:
         if opts.decode == "client":
             self._feed = RawFeed(self, (int(first["next"]["seq"]), first["checkpoint"]))
             self._feed.prefetch()
-        state = self.store.create(opts.group, opts.shards, int(first["next"]["seq"]) << ROW_BITS)
+        begin = int(first["next"]["seq"]) << ROW_BITS
+        claims: dict[int, tuple[int, int]] | None = None
+        if opts.zookeeper is None:  # every shard is ours: created and claimed in one write
+            state, claims = create_claiming(self.store, opts.group, opts.shards, begin)
+        else:
+            state = self.store.create(opts.group, opts.shards, begin)
         if state.count != opts.shards:
             raise ConfigError(
                 f"group {opts.group} has {state.count} shards, not {opts.shards}: change the "
@@ -311,8 +316,7 @@ class Consumer:
         self.state = state
         self._running.set()
         self._spawn(self._flush_loop, "flusher")
-        if opts.zookeeper is None:
-            claims = claim_all(self.store, opts.group, range(opts.shards))
+        if claims is not None:
             for shard in range(opts.shards):
                 self._assign(shard, None, claims[shard])
         else:

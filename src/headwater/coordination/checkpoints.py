@@ -41,6 +41,7 @@ __all__ = [
     "GroupState",
     "ZkStore",
     "claim_all",
+    "create_claiming",
     "reshard_state",
 ]
 
@@ -129,6 +130,21 @@ def claim_all(
     return {shard: store.claim(group, shard, None) for shard in shards}
 
 
+def create_claiming(
+    store: CheckpointStore, group: str, count: int, start: int
+) -> tuple[GroupState, dict[int, tuple[int, int]] | None]:
+    """``store.create(group, count, start)`` and, if the group has ``count`` shards,
+    :func:`claim_all` of them (None otherwise: nothing claimed); in one write where the
+    store has a ``create_claiming`` (an optional method)."""
+    both = getattr(store, "create_claiming", None)
+    if both is not None:
+        return both(group, count, start)  # type: ignore[no-any-return]
+    state = store.create(group, count, start)
+    if state.count != count:
+        return state, None
+    return state, claim_all(store, group, range(count))
+
+
 class FileStore:
     """Checkpoints in ``DIR/<group>.json`` (one machine; processes share it by lock)."""
 
@@ -210,6 +226,25 @@ class FileStore:
                 out[shard] = (new, state.next[shard])
             self._write(path, state)
             return out
+
+    def create_claiming(
+        self, group: str, count: int, start: int
+    ) -> tuple[GroupState, dict[int, tuple[int, int]] | None]:
+        """:func:`create_claiming` in one write (two fsyncs, not four: a consumer without
+        a group creates its group and claims every shard when it starts)."""
+        with self._locked(group) as path:
+            state = self._read(path)
+            if state is None:
+                state = GroupState(count, dict.fromkeys(range(count), start))
+            elif state.count != count:
+                return state, None
+            claims = {}
+            for shard in range(count):
+                new = state.epochs.get(shard, 0) + 1
+                state.epochs[shard] = new
+                claims[shard] = (new, state.next[shard])
+            self._write(path, state)
+            return state, claims
 
     def save(self, group: str, shard: int, next_sequence: int, epoch: int) -> None:
         with self._locked(group) as path:

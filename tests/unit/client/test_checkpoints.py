@@ -70,3 +70,23 @@ def test_claim_many_claims_each_shard_as_claim_does(tmp_path: Path) -> None:
     store.save("g", 1, 160, 2)
     state = store.load("g")
     assert state is not None and state.epochs == {0: 1, 1: 2, 2: 1} and state.next[1] == 160
+
+
+def test_create_claiming_equals_create_then_claim_all(tmp_path: Path) -> None:
+    one, two = FileStore(tmp_path / "one"), FileStore(tmp_path / "two")
+    for _ in range(2):  # a new group, then the same group again (a restart)
+        state, claims = one.create_claiming("g", 3, 100)
+        assert claims is not None
+        assert (state.count, state.next) == (3, {0: 100, 1: 100, 2: 100})
+        two.create("g", 3, 100)
+        assert claims == claim_all(two, "g", range(3))
+    assert one.load("g") == two.load("g")
+    assert claims == {0: (2, 100), 1: (2, 100), 2: (2, 100)}
+
+
+def test_create_claiming_claims_nothing_when_the_count_differs(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.create("g", 2, 100)
+    state, claims = store.create_claiming("g", 3, 100)
+    assert claims is None and state.count == 2
+    assert store.load("g") == GroupState(2, {0: 100, 1: 100})
