@@ -18,7 +18,7 @@ first read, so a handler that reads nothing would flatter it).
 Steady state, measured fairly: each side first runs one untimed warm-up round over the
 whole log (its imports, lazy ones included, such as the schema history module the SDK
 loads when it decodes, its first connections, the reader's page cache), then the timed
-rounds alternate ``--rounds`` times (default 9 with ``--quick``, 3 otherwise), the side
+rounds alternate ``--rounds`` times (default 15 with ``--quick``, 3 otherwise), the side
 that goes first swapping every round so that neither always meets the other's leftovers.
 Each round's rates, paired ratio and CPU seconds of this process (the server's are the
 same for both) go to stderr. The last line is the median of the rounds' paired ratios
@@ -231,14 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small run (about a minute)")
     parser.add_argument("--rows", type=int, default=None, help="rows to insert (100000)")
     parser.add_argument(
-        "--rounds", type=int, default=None, help="timed rounds of each (9 quick, else 3)"
+        "--rounds", type=int, default=None, help="timed rounds of each (15 quick, else 3)"
     )
     parser.add_argument("--member", nargs=3, metavar=("URL", "ZK", "GROUP"))
     args = parser.parse_args(argv)
     if args.member:
         return member(*args.member)
     n_rows = args.rows or (20_000 if args.quick else 100_000)
-    rounds = args.rounds or (9 if args.quick else 3)
+    rounds = args.rounds or (15 if args.quick else 3)
 
     server = MariadbSandbox().start()
     try:
