@@ -95,7 +95,7 @@ def main(argv: list[str]) -> int:
     consumer = Consumer(options, handle, store).start()
     print("started", flush=True)
     reported = 0
-    while not stop.is_set():
+    while not stop.is_set() and consumer.error is None:  # a failure: stop() raises it
         stop.wait(0.2)
         for shard, epoch in consumer.fenced[reported:]:
             print(f"fenced {shard} {epoch}", flush=True)
