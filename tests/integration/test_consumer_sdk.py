@@ -431,3 +431,47 @@ def test_one_shard_gets_every_change_in_log_order_once(
     seqs = [c.sequence for _s, c in got.changes()]
     assert seqs == [r["sequence"] for r in expected]
     assert {s for s, _c in got.changes()} == {0}
+
+
+def test_a_server_decoded_feed_that_fails_stops_the_consumer(
+    mariadb: MariadbSandbox, reader: Http, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``decode="json"`` each shard has a feed thread of its own; an unexpected error
+    reading the server's answer (a KeyError for a row of ``sdk.poison2``, raised where the
+    answer is turned into rows) fails the consumer as the raw feed's does."""
+    import headwater.client.consumer as consumer_module
+
+    mariadb.execute(
+        "DROP TABLE IF EXISTS sdk.poison2", "CREATE TABLE sdk.poison2 (id INT PRIMARY KEY)"
+    )
+    _workload(mariadb, random.Random(189), 30)
+    mariadb.execute("INSERT INTO sdk.poison2 VALUES (1)")
+    expected = _expected(reader, mariadb)
+    row = next(r for r in expected if r["table"] == "poison2")
+    poison, its_shard = row["sequence"], _shard_of_json(row)
+    real = consumer_module.answer_of
+
+    def answer_of(answer: Any) -> Any:
+        out = real(answer)
+        if any(r.table == "poison2" for r in out.rows):
+            raise KeyError("crafted: a field this answer lacks")
+        return out
+
+    monkeypatch.setattr(consumer_module, "answer_of", answer_of)
+    options = ConsumerOptions(
+        task="src", group="poison-json", readers=(reader.url,), tables=("sdk.*",),
+        shards=SHARDS, batch_size=5, max_wait=0.01, ddl=False, decode="json", flush_every=1,
+    )  # fmt: skip
+    got = Collector()
+    store = FileStore(tmp_path / "cp")
+    consumer = Consumer(options, got, store).start()
+    with pytest.raises(ConsumerError) as waited:
+        consumer.wait(60)
+    assert waited.value.thread == f"consumer-feed-{its_shard}"
+    assert isinstance(waited.value.__cause__, KeyError)
+    with pytest.raises(ConsumerError):
+        consumer.stop(timeout=20)
+    # the other shards' streams never held that row: only its shard stops short of it
+    assert all(c.sequence < poison for s, c in got.changes() if s == its_shard)
+    state = store.load("poison-json")
+    assert state is not None and state.next[its_shard] <= poison
