@@ -1,7 +1,7 @@
 """``claim_many`` of the SQL (MariaDB, PostgreSQL) and ZooKeeper checkpoint stores against
 ``claim`` one shard at a time: the same epochs and checkpoints, and the same fencing of
 the epoch it replaced (real servers: the session's MariaDB, the machine's PostgreSQL, a
-ZooKeeper started on a free port)."""
+ZooKeeper started on a free port); and a group member whose loop fails."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from headwater.client import CheckpointStore, FencedError, SqlStore, ZkStore
 from headwater.coordination.zk import connect
 from headwater.sandbox import MariadbSandbox
+from tests.integration.test_reader_capture import wait_for
 from tests.integration.zk_support import zookeeper  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.integration
@@ -62,3 +63,50 @@ def test_claim_many_equals_claim_of_each_shard_and_fences_the_old_epoch(
     assert state is not None
     assert state.next == {0: 100, 1: 100, 2: 600, 3: 100}
     assert state.epochs == {0: 1, 1: 2, 2: 2, 3: 2}
+
+
+def test_a_group_loop_that_fails_hands_the_error_to_on_error_and_ends(
+    zookeeper: str,  # noqa: F811
+) -> None:
+    """A member's ``on_revoke`` raises when a second member joins and the first must give
+    a shard up: the loop does not die silently, ``on_error`` gets the exception (the
+    consumer's ``_fail``) and the loop ends."""
+    import threading
+
+    from headwater.coordination.groups import GroupMember
+
+    client = connect(zookeeper)
+    other = connect(zookeeper)
+    errors: list[BaseException] = []
+    failed = threading.Event()
+
+    def on_error(error: BaseException) -> None:
+        errors.append(error)
+        failed.set()
+
+    def on_revoke(shard: int) -> None:
+        raise ValueError(f"crafted: revoke of shard {shard} failed")
+
+    first = GroupMember(
+        client, "loopfail", 2, on_assign=lambda s, e: None, on_revoke=on_revoke,
+        on_error=on_error, poll=0.1, member_id="a",
+    )  # fmt: skip
+    second = GroupMember(
+        other, "loopfail", 2, on_assign=lambda s, e: None, on_revoke=lambda s: None,
+        poll=0.1, member_id="b",
+    )  # fmt: skip
+    try:
+        first.start()
+        wait_for(lambda: first.owned.keys() == {0, 1}, 10, "the first member to own both")
+        second.start()
+        assert failed.wait(10), "on_error was not called"
+        assert isinstance(errors[0], ValueError) and len(errors) == 1
+        assert first._thread is not None
+        first._thread.join(5)
+        assert not first._thread.is_alive()
+    finally:
+        second.stop(timeout=5)
+        other.delete("/headwater", recursive=True)
+        for c in (client, other):
+            c.stop()
+            c.close()
