@@ -384,6 +384,71 @@ def test_a_feed_that_fails_on_a_record_stops_the_consumer_and_acks_nothing_after
     assert [s for s, c in delivered if s != 0]  # the other shards were served before
 
 
+@pytest.mark.parametrize("passing", [2, None])
+def test_a_record_that_never_decodes_fails_the_consumer_after_its_retries(
+    mariadb: MariadbSandbox,
+    reader: Http,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    passing: int | None,
+) -> None:
+    """The raw feed's decoding raises a ``BinlogFormatError`` (no retry can fix it) on the
+    rows of ``sdk.poison``. ``passing=2``: it fails twice, then decodes (a passing state):
+    the consumer goes on and delivers every change. ``None``: it always fails: after
+    ``GIVE_UP_AFTER`` tries the consumer fails with it instead of retrying for ever."""
+    import headwater.client.consumer as consumer_module
+    import headwater.client.rawfeed as rawfeed
+    from headwater.errors import BinlogFormatError
+
+    mariadb.execute(
+        "DROP TABLE IF EXISTS sdk.poison", "CREATE TABLE sdk.poison (id INT PRIMARY KEY)"
+    )
+    _workload(mariadb, random.Random(188), 30)
+    mariadb.execute("INSERT INTO sdk.poison VALUES (1)")
+    _workload(mariadb, random.Random(189), 10)
+    expected = _expected(reader, mariadb)
+    poison = next(r["sequence"] for r in expected if r["table"] == "poison")
+    failures: list[int] = []
+    real = rawfeed.decode_blocks
+
+    def decode(record: Any, **kw: Any) -> Iterator[Any]:
+        for block in real(record, **kw):
+            if (
+                block.table == "poison"
+                and block.op != "ddl"
+                and (passing is None or len(failures) < passing)
+            ):
+                failures.append(1)
+                raise BinlogFormatError("crafted: bad rows event", source="test", offset=4)
+            yield block
+
+    monkeypatch.setattr(rawfeed, "decode_blocks", decode)
+    got = Collector()
+    options = ConsumerOptions(
+        task="src", group=f"never-{passing}", readers=(reader.url,), tables=("sdk.*",),
+        shards=SHARDS, batch_size=5, max_wait=0.01, ddl=False,
+    )  # fmt: skip
+    consumer = Consumer(options, got, FileStore(tmp_path / "cp")).start()
+    if passing is not None:
+        try:
+            wait_for(lambda: len(got.changes()) >= len(expected), 60, "every change")
+        finally:
+            consumer.stop(timeout=20)
+        assert len(failures) == passing and consumer.error is None
+        assert sorted(c.sequence for _s, c in got.changes()) == sorted(
+            r["sequence"] for r in expected
+        )
+        return
+    with pytest.raises(ConsumerError) as waited:
+        consumer.wait(60)
+    assert isinstance(waited.value.__cause__, BinlogFormatError)
+    assert "bad rows event" in str(waited.value.__cause__)
+    assert len(failures) == consumer_module.GIVE_UP_AFTER
+    with pytest.raises(ConsumerError):
+        consumer.stop(timeout=20)
+    assert all(c.sequence < poison for _s, c in got.changes())
+
+
 def test_a_worker_that_fails_outside_the_handler_stops_the_consumer(
     mariadb: MariadbSandbox, reader: Http, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

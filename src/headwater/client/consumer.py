@@ -61,12 +61,27 @@ from headwater.coordination import FencedError
 from headwater.coordination.checkpoints import CheckpointStore, GroupState, create_claiming
 from headwater.coordination.sqlstore import SqlStore
 from headwater.coordination.zk import DEFAULT_SESSION_TIMEOUT
-from headwater.errors import ConfigError, HeadwaterError
+from headwater.errors import (
+    BinlogFormatError,
+    ConfigError,
+    CorruptRecordError,
+    HeadwaterError,
+    PositionNotRetainedError,
+    SchemaError,
+    TransientError,
+)
 from headwater.store import EARLIEST, AtSeq, Start
 
 __all__ = ["Batch", "Consumer", "ConsumerError", "ConsumerOptions", "Handler"]
 
 log = logging.getLogger(__name__)
+
+#: Errors of a feed that retrying the same request cannot fix (see Consumer._retrying).
+PERSISTENT = (BinlogFormatError, CorruptRecordError, SchemaError, PositionNotRetainedError,
+              ConfigError)  # fmt: skip
+#: How many times in a row the same persistent error is retried before it fails the
+#: consumer (with the back-off, about 6 s).
+GIVE_UP_AFTER = 5
 
 DECODES = ("client", "json", "protobuf")
 #: Seconds :meth:`Consumer.stop` waits past its timeout for the ZooKeeper session to close
@@ -670,8 +685,16 @@ class Consumer:
 
     def _retrying(self, loop: Callable[[], None], what: str, alive: Callable[[], bool]) -> None:
         """Run ``loop`` until ``alive()`` is false; a reader error restarts it after a
-        back-off (the transport already moved to the next reader of the list)."""
+        back-off (the transport already moved to the next reader of the list).
+
+        An error no retry can fix (a record that does not decode, a purged position, a
+        refused subscription: :data:`PERSISTENT`) is retried while it may still be a
+        passing state (a schema the reader is still recording); the same one
+        :data:`GIVE_UP_AFTER` times in a row is raised, and fails the consumer
+        (:class:`ConsumerError`) instead of stalling it with warnings for ever."""
         backoff = 0.2
+        last: tuple[type, str] | None = None
+        repeats = 0
         while alive():
             try:
                 loop()
@@ -679,6 +702,14 @@ class Consumer:
             except (HeadwaterError, OSError) as e:
                 if not alive():
                     return
+                if isinstance(e, PERSISTENT) and not isinstance(e, TransientError):
+                    same = (type(e), str(e))
+                    repeats = repeats + 1 if same == last else 1
+                    last = same
+                    if repeats >= GIVE_UP_AFTER:
+                        raise
+                else:
+                    last, repeats = None, 0
                 log.warning("%s: %s; retrying in %.1f s", what, e, backoff)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
