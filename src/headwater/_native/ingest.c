@@ -1107,12 +1107,134 @@ static PyObject *py_portable(PyObject *Py_UNUSED(module), PyObject *args) {
     return PyLong_FromUnsignedLong(r);
 }
 
+/* ---- the consumer SDK's shard hash, a column at a time (issue #18) --------------------
+ *
+ * headwater.server.sharding.stable_hash is the CRC32C of u32le(len(part)) + part for
+ * database, table and each key value; headwater.client.hashing.ShardHasher keeps the CRC
+ * of the database and table parts per table and continues it (crc32c(b, crc32c(a)) ==
+ * crc32c(a + b)). shard_column continues it over one key value per row, encoded as
+ * sharding._canonical does for the kinds taken here: an int (exactly int, not bool) as its
+ * decimal text, a str (exactly str) as UTF-8 with surrogateescape, bytes (exactly bytes)
+ * as they are, None as "null". Any other value -- bool, float, Decimal, date, a JSON
+ * binary's {"base64": ...}, a subclass, an int beyond 64 bits -- makes it return None: the
+ * caller then hashes the column in Python. */
+
+/* The decimal text of v into end[-20..-1] (backwards); returns its start. */
+static uint8_t *format_ll(long long v, uint8_t *end) {
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    uint8_t *p = end;
+    do {
+        *--p = (uint8_t)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--p = '-';
+    return p;
+}
+
+/* The CRC of u32le(n) + text continued from crc; 0 with *ok = 0 for a kind not taken. */
+static uint32_t shard_value(uint32_t crc, PyObject *v, int *ok) {
+    uint8_t buf[4 + 64];
+    const uint8_t *text;
+    Py_ssize_t n;
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow) { *ok = 0; return 0; }  /* x == -1 without an error when it fits */
+        uint8_t *end = buf + sizeof buf;
+        uint8_t *p = format_ll(x, end);
+        n = end - p;
+        wr32(p - 4, (uint32_t)n);
+        return crc32c(crc, p - 4, (size_t)n + 4);
+    }
+    PyObject *owned = NULL;
+    if (PyUnicode_CheckExact(v)) {
+        if (PyUnicode_IS_ASCII(v)) {
+            text = PyUnicode_DATA(v);
+            n = PyUnicode_GET_LENGTH(v);
+        } else {
+            owned = PyUnicode_AsEncodedString(v, "utf-8", "surrogateescape");
+            if (owned == NULL) { *ok = -1; return 0; }
+            text = (const uint8_t *)PyBytes_AS_STRING(owned);
+            n = PyBytes_GET_SIZE(owned);
+        }
+    } else if (PyBytes_CheckExact(v)) {
+        text = (const uint8_t *)PyBytes_AS_STRING(v);
+        n = PyBytes_GET_SIZE(v);
+    } else if (v == Py_None) {
+        text = (const uint8_t *)"null";
+        n = 4;
+    } else {
+        *ok = 0;
+        return 0;
+    }
+    if ((size_t)n > UINT32_MAX) { Py_XDECREF(owned); *ok = 0; return 0; }
+    wr32(buf, (uint32_t)n);
+    if ((size_t)n <= sizeof buf - 4) {
+        memcpy(buf + 4, text, (size_t)n);
+        crc = crc32c(crc, buf, (size_t)n + 4);
+    } else {
+        crc = crc32c(crc32c(crc, buf, 4), text, (size_t)n);
+    }
+    Py_XDECREF(owned);
+    return crc;
+}
+
+/* shard_column(prefix, values, index=-1): [hash of each row's one-column key] or None;
+ * with index >= 0, values are rows (tuples or lists) and the key is row[index]. */
+static PyObject *shard_column(PyObject *Py_UNUSED(module), PyObject *args) {
+    unsigned int prefix;
+    PyObject *values;
+    Py_ssize_t index = -1;
+    if (!PyArg_ParseTuple(args, "IO|n", &prefix, &values, &index)) return NULL;
+    PyObject *seq = PySequence_Fast(values, "shard_column: values must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(count);
+    if (out == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *v = items[i];
+        if (index >= 0) {
+            /* a row (tuple or list; anything else: the caller's Python path) */
+            if (!PyTuple_Check(v) && !PyList_Check(v)) {
+                Py_DECREF(out);
+                Py_DECREF(seq);
+                Py_RETURN_NONE;
+            }
+            if (index >= Py_SIZE(v)) {
+                PyErr_SetString(PyExc_IndexError, "shard_column: row index out of range");
+                goto fail;
+            }
+            v = PyTuple_Check(v) ? PyTuple_GET_ITEM(v, index) : PyList_GET_ITEM(v, index);
+        }
+        int ok = 1;
+        uint32_t h = shard_value(prefix, v, &ok);
+        if (ok < 0) goto fail;
+        if (ok == 0) {
+            Py_DECREF(out);
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        PyObject *o = PyLong_FromUnsignedLong(h);
+        if (o == NULL) goto fail;
+        PyList_SET_ITEM(out, i, o);
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    return NULL;
+}
+
 static PyMethodDef module_methods[] = {
     {"_portable_crc", py_portable, METH_VARARGS,
      "_portable_crc(which, data): table CRC32 (0) or CRC32C (1), never the CPU instructions"},
     {"crc32", py_crc32, METH_VARARGS, "crc32(data): the binlog's CRC32 (zlib's), as the scan checks it"},
     {"stamp", stamp, METH_VARARGS, "assign seqs and CRC32Cs to record frames (see the source)"},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0): CRC32C, as the crc32c package"},
+    {"shard_column", shard_column, METH_VARARGS,
+     "shard_column(prefix, values, index=-1): the shard hash of each one-column key, or None"},
     {NULL, NULL, 0, NULL},
 };
 
