@@ -417,7 +417,9 @@ PIPELINE: tuple[Section, ...] = (
                 "`idleAdvanceMs` (how long an end offset that only passes records the pipeline "
                 "does not read is held back; see docs/configuration.md), `driverApplyMaxRows` "
                 "(a micro-batch of at most this many rows is applied in the driver, without a "
-                "Spark job; 25000 by default, 0: never; docs/operations.md).",
+                "Spark job; 25000 by default, 0: never; docs/operations.md), `columns` (the "
+                "change-row columns the source builds; a pipeline sets it to what its plan "
+                "reads; docs/formats.md).",
             ),
         ),
         hidden=frozenset(
@@ -432,6 +434,7 @@ PIPELINE: tuple[Section, ...] = (
                 "burst_quiet_ms",
                 "idle_advance_ms",
                 "direct_max_rows",
+                "columns",
             }
         ),
     ),
