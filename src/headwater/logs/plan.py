@@ -95,11 +95,37 @@ class _Group:
 
         self.group, self.gi, self.reasons = group, gi, reasons
         self.status = f"_s{gi}"
-        self.df = df.withColumn(
-            self.status, F.when(F.col(_CLAIMED), F.lit(_SKIP)).otherwise(F.lit(_OK))
-        )
+        self.df = df
+        # columns to set in the next projection, columns to leave out of it
+        self._pending: dict[str, Column] = {}
+        self._drop: set[str] = set()
+        self._set(self.status, F.when(F.col(_CLAIMED), F.lit(_SKIP)).otherwise(F.lit(_OK)))
         self.fields: dict[str, str] = {"raw": "raw"}  # field -> its column
         self._n = 0
+
+    def _set(self, name: str, expr: Column) -> None:
+        """Set column ``name`` to ``expr``, in the same projection as the columns set
+        before it unless ``expr`` reads one of them (then those are projected first):
+        each expression reads what it read as a ``withColumn`` of its own, in one
+        ``Project`` per dependency level instead of one per column (fewer plan nodes
+        for Spark to analyze and optimize in every micro-batch)."""
+        text = str(expr)  # names its columns (a literal naming one: a needless level)
+        if any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", text) for n in self._pending):
+            self._flush()
+        self._pending[name] = expr
+
+    def _flush(self) -> None:
+        """One ``select``: the pending columns set, the dropped ones left out."""
+        from pyspark.sql import functions as F
+
+        pending, drop = self._pending, self._drop
+        if not pending and not drop:
+            return
+        have = self.df.columns
+        cols = [pending[c].alias(c) if c in pending else F.col(c) for c in have if c not in drop]
+        cols += [v.alias(k) for k, v in pending.items() if k not in have and k not in drop]
+        self.df = self.df.select(*cols)
+        self._pending, self._drop = {}, set()
 
     def _name(self) -> str:
         self._n += 1
@@ -122,15 +148,15 @@ class _Group:
 
         inputs = {k: F.col(c) for k, c in self.fields.items()}
         step = op.columns(inputs, share)
-        df, ok, st = self.df, self.ok(), F.col(self.status)
+        ok, st = self.ok(), F.col(self.status)
         for k, v in shared.items():  # in order: a shared expression may use the one before
-            df = df.withColumn(k, F.when(ok, v))
+            self._set(k, F.when(ok, v))
         if step.reject is not None:
-            df = df.withColumn(self.status, F.when(ok & step.reject, F.lit(_REJECT)).otherwise(st))
+            self._set(self.status, F.when(ok & step.reject, F.lit(_REJECT)).otherwise(st))
         changed = {k: v for k, v in step.fields.items() if inputs.get(k) is not v}
         made = {k: self._name() for k in changed}
-        if changed:
-            df = df.withColumns({made[k]: F.when(ok, v) for k, v in changed.items()})
+        for k, v in changed.items():
+            self._set(made[k], F.when(ok, v))
         after = {k: made.get(k) or self.fields[k] for k in step.fields}
         decide: Any = None
         for before, output, reason in step.fail:
@@ -142,9 +168,9 @@ class _Group:
             code = F.lit(len(self.reasons))
             decide = F.when(cond, code) if decide is None else decide.when(cond, code)
         if decide is not None:
-            df = df.withColumn(self.status, decide.otherwise(st))
-        dead = (set(self.fields.values()) | set(shared)) - set(after.values()) - {"raw"}
-        self.df = df.drop(*sorted(dead)) if dead else df
+            self._set(self.status, decide.otherwise(st))
+        # left out of the next projection (no later expression reads them)
+        self._drop |= (set(self.fields.values()) | set(shared)) - set(after.values()) - {"raw"}
         self.fields = after
 
     def finish(self, ums_id: Column) -> tuple[DataFrame, Column, Column]:
@@ -163,10 +189,12 @@ class _Group:
         )
         a, e = f"_a{self.gi}", f"_e{self.gi}"
         claimed = F.col(_CLAIMED) | (F.col(self.status) != F.lit(_REJECT))
-        df = self.df.withColumns({a: F.when(ok, after), e: F.when(ok, event)})
-        df = df.withColumn(_CLAIMED, claimed)
-        df = df.drop(*sorted(set(self.fields.values()) - {"raw"}))
-        return df, F.col(a), F.col(e)
+        self._set(a, F.when(ok, after))
+        self._set(e, F.when(ok, event))
+        self._set(_CLAIMED, claimed)
+        self._drop |= set(self.fields.values()) - {"raw"}  # read above, left out below
+        self._flush()
+        return self.df, F.col(a), F.col(e)
 
 
 def group_outcome(
@@ -192,15 +220,22 @@ def _heartbeat(
     df: DataFrame, hb: Heartbeat, ums_id: Column, read_ts: Column
 ) -> tuple[DataFrame, Column, Column, Column, str]:
     """The heartbeat columns: ``_hb`` (the line matches the pattern, so no group sees it),
-    ``_hb_sent``; returns ``df``, whether the line is a valid heartbeat, its row as JSON,
-    its sent time in µs (null otherwise), and the reason of an invalid one."""
+    ``_hb_sent``, ``_claimed`` (= ``_hb``); returns ``df``, whether the line is a valid
+    heartbeat, its row as JSON, its sent time in µs (null otherwise), and the reason of an
+    invalid one."""
     from pyspark.sql import functions as F
 
     pattern = java_regex(hb.regex)
     index = re.compile(hb.regex).groupindex["ts"]
     df = df.withColumn("_hb", F.coalesce(F.col("raw").rlike(pattern), F.lit(False)))
     is_beat = F.col("_hb")
-    df = df.withColumn("_hb_ts", F.when(is_beat, F.regexp_extract(F.col("raw"), pattern, index)))
+    # (one projection per dependency level: fewer plan nodes to optimize in every batch)
+    df = df.withColumns(
+        {
+            "_hb_ts": F.when(is_beat, F.regexp_extract(F.col("raw"), pattern, index)),
+            _CLAIMED: is_beat,  # no group sees a heartbeat line
+        }
+    )
     shared: dict[str, Column] = {}
 
     def share(expr: Column) -> Column:
@@ -210,7 +245,8 @@ def _heartbeat(
     step = Timestamp("ts", hb.format, "ts").columns({"ts": F.col("_hb_ts")}, share)
     ((_, _, reason),) = step.fail
     df = df.withColumns({k: F.when(is_beat, v) for k, v in shared.items()})
-    df = df.withColumn("_hb_sent", F.when(is_beat, step.fields["ts"])).drop(*shared)
+    sent_ts = F.when(is_beat, step.fields["ts"]).alias("_hb_sent")
+    df = df.select(*(F.col(c) for c in df.columns if c not in shared), sent_ts)
     sent = F.col("_hb_sent")
     beat_ok = is_beat & (F.col("_hb_ts").isNull() | sent.isNotNull())
     row = _json(
@@ -243,7 +279,6 @@ def structure(records: DataFrame, rules: LogRules, *, source: str, database: str
         table = table.when(beat_ok, F.lit(rules.heartbeat.table))
         afters.append(beat_row)
         beat_reason = F.when(F.col("_hb"), F.lit(f"heartbeat: {beat_text}"))
-        df = df.withColumn(_CLAIMED, F.col("_hb"))
     else:
         df = df.withColumn(_CLAIMED, F.lit(False))
     reasons: list[str] = []
