@@ -492,11 +492,25 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
 
 
+def stored_through(log: Any, gtid_pos: str) -> int | None:
+    """The log's end seq once its last acknowledged record is the transaction of
+    ``gtid_pos`` (the source's one-domain ``@@gtid_binlog_pos``), else None."""
+    end = log.end()[0]
+    if end == 0:
+        return None
+    last = next(iter(log.records(end - 1, end)), None)
+    return end if last is not None and last.gtid == gtid_pos else None
+
+
 def applied_all(query: Any, end_seq: int) -> bool:
     """The query's last finished batch ends at ``end_seq`` (the log's end once the reader
-    holds the source's last transaction), with no batch running."""
+    stored the source's last transaction). ``lastProgress`` is posted once a batch has
+    committed (its sink writes and Spark's commit log), so that batch is applied. Whether
+    a trigger is active does not matter: after its last batch an idle stream's trigger
+    stays active in ``latestOffset``'s wait for new records (up to
+    ``headwater.spark.source.IDLE_WAIT_S``), which is not apply time."""
     progress = query.lastProgress
-    if not progress or query.status.get("isTriggerActive", False):
+    if not progress:
         return False
     end = progress["sources"][0]["endOffset"]
     doc = orjson.loads(end) if isinstance(end, str) else end
@@ -644,7 +658,11 @@ def main() -> None:
             task = reader_task = start_reader()
             wait(lambda: caught_up(reader_task, gtid), 300, "the reader")
             reader_s = time.perf_counter() - t0
-            end_seq = log.end()[0]
+            # The reader's GTID set moves before the store acknowledges the last records:
+            # the end that counts is the record of the source's last transaction.
+            wait(lambda: stored_through(log, gtid) is not None, 300, "the reader's log")
+            end_seq = stored_through(log, gtid)
+            assert end_seq is not None
             wait(lambda: applied_all(query, end_seq), 300, "the pipeline", period=0.02)
             hw_s = time.perf_counter() - t0
             jvm_s, py_s = (b - a for a, b in zip(cpu0, spark_cpu(), strict=True))
