@@ -7,6 +7,8 @@ DELETE: int
 KEY_SIGNED: int
 KEY_UNSIGNED: int
 KEY_TEXT: int
+#: the start of the ValueError text of a key that routing mode cannot render (lastwrite.c)
+UNROUTABLE: str
 
 class Shape:
     """The present columns of one row image: ``widths`` (value_width per column) and
@@ -31,3 +33,15 @@ class Scanner:
         /,
     ) -> int: ...
     def survivors(self) -> tuple[bytes, bytes]: ...
+    def route(
+        self,
+        database: str,
+        table: str,
+        names: tuple[str, ...],
+        ascii: tuple[bool, ...],
+        shards: int,
+        shard: int,
+        /,
+    ) -> None: ...
+    def key_text(self, tagged: Buffer, /) -> tuple[bytes, int]: ...
+    def removes(self) -> tuple[int, tuple[bytes | tuple[bytes, bytes], ...]]: ...

@@ -25,6 +25,23 @@
  * 4-byte length and the bytes (text); so equal values give equal bytes, whatever their
  * column widths.
  *
+ * Routing mode (Scanner.route; headwater/pipeline/netapply.py, the net-effect apply of a
+ * pipeline micro-batch): instead of its own hash parts, the Scanner keeps the keys that the
+ * SQL sinks' Spark glue routes to shard k of n: pmod(xxhash64(database, table, key), n),
+ * Spark's xxhash64 (XXH64 chained over the UTF-8 bytes of each argument, seed 42; catalyst
+ * hash.scala XxHash64 / XXH64.hashUnsafeBytes; pipeline/direct.py xxhash64 is the Python
+ * twin) of the change row's `key` column text. That text is rendered here exactly as
+ * _native/imagejson.c (= orjson 3.13) renders the key image: {"name":value,...} in key
+ * column order, no spaces; integers in decimal; text as UTF-8 with ", \, \b \t \n \f
+ * \r escaped and other bytes below 0x20 as \u00XX (lowercase hex), nothing else. Text
+ * that the decoder would not decode strictly (invalid UTF-8 in a utf8 column, a byte
+ * >= 0x80 in an ascii one: binlog/_columns.py keeps it as surrogate escapes and the key
+ * text then takes image_json's escaped rendering) is not rendered here: scan raises
+ * ValueError starting with UNROUTABLE, and the caller takes the row path.
+ *
+ * removes() gives the keys whose last write is a remove (a delete, or the old key of a
+ * key-changing update not put again), as columns, for a delta apply.
+ *
  * Errors: a row running past `end` or a length past the buffer raises ValueError with
  * TRUNC's text (the caller turns it into TruncatedError).
  */
@@ -35,6 +52,7 @@
 #include <string.h>
 
 static const char TRUNC[] = "row image runs past the end of the event";
+static const char UNROUTABLE[] = "unroutable key";
 
 enum { KEY_NONE = 0, KEY_SIGNED = 1, KEY_UNSIGNED = 2, KEY_TEXT = 3 };
 enum { OP_INSERT = 0, OP_UPDATE = 1, OP_DELETE = 2 };
@@ -225,6 +243,217 @@ static int key_bytes(const Shape *s, const Val *vals, Bytes *out) {
     return 0;
 }
 
+
+/* ---- routing: Spark's xxhash64 of the key's JSON text -------------------------------- */
+
+#define P1 0x9E3779B185EBCA87ULL
+#define P2 0xC2B2AE3D27D4EB4FULL
+#define P3 0x165667B19E3779F9ULL
+#define P4 0x85EBCA77C2B2AE63ULL
+#define P5 0x27D4EB2F165667C5ULL
+
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static inline uint64_t xround(uint64_t acc, uint64_t lane) {
+    return rotl64(acc + lane * P2, 31) * P1;
+}
+static inline uint64_t rd64(const uint8_t *p) { return le_n(p, 8); }
+static inline uint64_t rd32(const uint8_t *p) { return le_n(p, 4); }
+
+/* XXH64 (the reference algorithm; Spark's XXH64.hashUnsafeBytes reads little-endian). */
+static uint64_t xxh64(const uint8_t *p, size_t n, uint64_t seed) {
+    size_t i = 0;
+    uint64_t h;
+    if (n >= 32) {
+        uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
+        for (; i + 32 <= n; i += 32) {
+            v1 = xround(v1, rd64(p + i));
+            v2 = xround(v2, rd64(p + i + 8));
+            v3 = xround(v3, rd64(p + i + 16));
+            v4 = xround(v4, rd64(p + i + 24));
+        }
+        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        h = (h ^ xround(0, v1)) * P1 + P4;
+        h = (h ^ xround(0, v2)) * P1 + P4;
+        h = (h ^ xround(0, v3)) * P1 + P4;
+        h = (h ^ xround(0, v4)) * P1 + P4;
+    } else {
+        h = seed + P5;
+    }
+    h += n;
+    for (; i + 8 <= n; i += 8) {
+        h ^= xround(0, rd64(p + i));
+        h = rotl64(h, 27) * P1 + P4;
+    }
+    if (i + 4 <= n) {
+        h ^= rd32(p + i) * P1;
+        h = rotl64(h, 23) * P2 + P3;
+        i += 4;
+    }
+    for (; i < n; i++) {
+        h ^= p[i] * P5;
+        h = rotl64(h, 11) * P1;
+    }
+    h ^= h >> 33;
+    h *= P2;
+    h ^= h >> 29;
+    h *= P3;
+    h ^= h >> 32;
+    return h;
+}
+
+/* Whether Python's strict UTF-8 decoder accepts s[0:n] (no overlong forms, no surrogates,
+ * nothing above U+10FFFF: Objects/stringlib/codecs.h). */
+static int utf8_valid(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else {
+            return 0;
+        }
+        if (n - i - 1 < need) return 0;
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (size_t k = 2; k <= need; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+static const char HEXD[] = "0123456789abcdef";
+
+/* s[0:n] as a JSON string, with orjson's escapes (imagejson.c put_string). */
+static int json_string(Bytes *o, const uint8_t *s, size_t n) {
+    uint8_t q = '"';
+    if (put_bytes(o, &q, 1) < 0) return -1;
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        if (i > run && put_bytes(o, s + run, i - run) < 0) return -1;
+        run = i + 1;
+        uint8_t esc[6] = {'\\', 0, 0, 0, 0, 0};
+        size_t len = 2;
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\f': esc[1] = 'f'; break;
+        case '\r': esc[1] = 'r'; break;
+        default:
+            esc[1] = 'u';
+            esc[2] = '0';
+            esc[3] = '0';
+            esc[4] = (uint8_t)HEXD[c >> 4];
+            esc[5] = (uint8_t)HEXD[c & 15];
+            len = 6;
+        }
+        if (put_bytes(o, esc, len) < 0) return -1;
+    }
+    if (n > run && put_bytes(o, s + run, n - run) < 0) return -1;
+    return put_bytes(o, &q, 1);
+}
+
+static int json_u64(Bytes *o, uint64_t u, int neg) {
+    uint8_t tmp[24];
+    int i = sizeof tmp;
+    do {
+        tmp[--i] = (uint8_t)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (neg) tmp[--i] = '-';
+    return put_bytes(o, tmp + i, sizeof tmp - (size_t)i);
+}
+
+typedef struct {
+    uint64_t seed;       /* xxhash64 state after database and table */
+    uint64_t shards, shard;
+    int nkeys;
+    Bytes *names;        /* per key place: `"name":` */
+    uint8_t *ascii;      /* per key place: text must be ASCII (an ascii column) */
+    Bytes json;          /* scratch: the key text */
+} Route;
+
+/* The key text of tagged key bytes `kb` (key_bytes' encoding) into r->json. Returns 0,
+ * 1 when a text value is not one the decoder decodes strictly (UNROUTABLE), -1 on error. */
+static int key_json(Route *r, const uint8_t *kb, size_t klen) {
+    Bytes *o = &r->json;
+    o->len = 0;
+    size_t at = 0;
+    uint8_t c = '{';
+    if (put_bytes(o, &c, 1) < 0) return -1;
+    for (int j = 0; j < r->nkeys; j++) {
+        if (j) {
+            c = ',';
+            if (put_bytes(o, &c, 1) < 0) return -1;
+        }
+        if (put_bytes(o, r->names[j].b, r->names[j].len) < 0) return -1;
+        if (at >= klen) return 1;
+        uint8_t tag = kb[at++];
+        if (tag == 'n') {
+            if (put_bytes(o, "null", 4) < 0) return -1;
+        } else if (tag == 'i' || tag == 'u') {
+            uint64_t u = le_n(kb + at, 8);
+            at += 8;
+            int neg = tag == 'i' && (int64_t)u < 0;
+            if (json_u64(o, neg ? (uint64_t)0 - u : u, neg) < 0) return -1;
+        } else {
+            size_t n = (size_t)le_n(kb + at, 4);
+            at += 4;
+            const uint8_t *s = kb + at;
+            at += n;
+            if (r->ascii[j]) {
+                for (size_t i = 0; i < n; i++)
+                    if (s[i] >= 0x80) return 1;
+            } else if (!utf8_valid(s, n)) {
+                return 1;
+            }
+            if (json_string(o, s, n) < 0) return -1;
+        }
+    }
+    c = '}';
+    return put_bytes(o, &c, 1);
+}
+
+/* The shard of a key (>= 0), or -1 with ValueError set (UNROUTABLE, or memory). */
+static int64_t route_of(Route *r, const uint8_t *kb, size_t klen) {
+    int rc = key_json(r, kb, klen);
+    if (rc != 0) {
+        if (rc > 0) PyErr_Format(PyExc_ValueError, "%s: text the decoder keeps as surrogate "
+                                 "escapes", UNROUTABLE);
+        return -1;
+    }
+    int64_t h = (int64_t)xxh64(r->json.b, r->json.len, r->seed);
+    int64_t m = h % (int64_t)r->shards;
+    return m < 0 ? m + (int64_t)r->shards : m;
+}
+
+static void route_free(Route *r) {
+    if (r == NULL) return;
+    for (int j = 0; j < r->nkeys; j++) PyMem_Free(r->names[j].b);
+    PyMem_Free(r->names);
+    PyMem_Free(r->ascii);
+    PyMem_Free(r->json.b);
+    PyMem_Free(r);
+}
+
 /* ---- Scanner: the last write per key of one hash part -------------------------------- */
 
 #define INLINE_KEY 16 /* keys up to this long live in their entry (an integer's 9 bytes) */
@@ -269,6 +498,7 @@ typedef struct {
     Pending *pending;    /* the event's writes not yet applied */
     size_t npending, cap_pending;
     Bytes keys;          /* their keys */
+    Route *route;        /* routing mode (Scanner.route), or NULL: hash parts */
 } Scanner;
 
 static void Scanner_dealloc(Scanner *self) {
@@ -285,6 +515,7 @@ static void Scanner_dealloc(Scanner *self) {
     PyMem_Free(self->va);
     PyMem_Free(self->pending);
     PyMem_Free(self->keys.b);
+    route_free(self->route);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -406,7 +637,13 @@ static int pend(Scanner *self, const Bytes *key, int64_t seq, int present, int64
         return -1;
     }
     uint64_t h = hash_of(key->b, key->len);
-    if (self->parts > 1 && (h >> 32) % self->parts != self->part) return 0;
+    if (self->route != NULL) {
+        int64_t shard = route_of(self->route, key->b, key->len);
+        if (shard < 0) return -1;
+        if ((uint64_t)shard != self->route->shard) return 0;
+    } else if (self->parts > 1 && (h >> 32) % self->parts != self->part) {
+        return 0;
+    }
     if (self->npending == self->cap_pending) {
         size_t cap = self->cap_pending ? self->cap_pending * 2 : 256;
         Pending *p = PyMem_Realloc(self->pending, cap * sizeof(Pending));
@@ -471,6 +708,10 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
         }
     } else if (op != OP_INSERT && op != OP_DELETE) {
         PyErr_Format(PyExc_ValueError, "op %d", op);
+        goto done;
+    }
+    if (self->route != NULL && a->nkeys != self->route->nkeys) {
+        PyErr_SetString(PyExc_ValueError, "the shape's key and the route's differ in columns");
         goto done;
     }
     if (pos < 0 || end > view.len || end > (Py_ssize_t)UINT32_MAX || ordinal < 0 ||
@@ -586,6 +827,187 @@ static PyObject *Scanner_survivors(Scanner *self, PyObject *unused) {
     return Py_BuildValue("(NN)", seqs, offsets);
 }
 
+/* utf-8 bytes of a str (surrogatepass: as direct.xxhash64 encodes names). */
+static PyObject *utf8_of(PyObject *text) {
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "names must be str");
+        return NULL;
+    }
+    return PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+}
+
+/* route(database, table, names, ascii, shards, shard): routing mode (module docstring). */
+static PyObject *Scanner_route(Scanner *self, PyObject *args) {
+    PyObject *database, *table, *names, *ascii;
+    unsigned long long shards, shard;
+    if (!PyArg_ParseTuple(args, "UUO!O!KK:route", &database, &table, &PyTuple_Type, &names,
+                          &PyTuple_Type, &ascii, &shards, &shard))
+        return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(names);
+    if (shards < 1 || shard >= shards || k < 1 || k > 64 || PyTuple_GET_SIZE(ascii) != k) {
+        PyErr_SetString(PyExc_ValueError, "route: shard in [0, shards), 1 to 64 key names, "
+                        "one ascii flag each");
+        return NULL;
+    }
+    if (self->used || self->route != NULL) {
+        PyErr_SetString(PyExc_ValueError, "route: set once, before the first scan");
+        return NULL;
+    }
+    Route *r = PyMem_Calloc(1, sizeof(Route));
+    if (r == NULL) return PyErr_NoMemory();
+    r->shards = shards;
+    r->shard = shard;
+    r->names = PyMem_Calloc((size_t)k, sizeof(Bytes));
+    r->ascii = PyMem_Calloc((size_t)k, 1);
+    if (r->names == NULL || r->ascii == NULL) {
+        route_free(r);
+        return PyErr_NoMemory();
+    }
+    r->nkeys = (int)k;
+    uint64_t h = 42; /* Spark's seed (catalyst hash.scala XxHash64) */
+    PyObject *parts[2] = {database, table};
+    for (int i = 0; i < 2; i++) {
+        PyObject *raw = utf8_of(parts[i]);
+        if (raw == NULL) goto fail;
+        h = xxh64((const uint8_t *)PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw), h);
+        Py_DECREF(raw);
+    }
+    r->seed = h;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        int flag = PyObject_IsTrue(PyTuple_GET_ITEM(ascii, j));
+        if (flag < 0) goto fail;
+        r->ascii[j] = (uint8_t)flag;
+        /* strict: a name orjson refuses (surrogates) raises UnicodeEncodeError here */
+        PyObject *raw = PyUnicode_AsUTF8String(PyTuple_GET_ITEM(names, j));
+        if (raw == NULL) goto fail;
+        int rc = json_string(&r->names[j], (const uint8_t *)PyBytes_AS_STRING(raw),
+                             (size_t)PyBytes_GET_SIZE(raw));
+        Py_DECREF(raw);
+        if (rc < 0 || put_bytes(&r->names[j], ":", 1) < 0) goto fail;
+    }
+    self->route = r;
+    Py_RETURN_NONE;
+fail:
+    route_free(r);
+    return NULL;
+}
+
+/* key_text(tagged) -> (text, shard): the routing of one key in key_bytes' encoding (for
+ * tests: the rendering and the hash, without a rows event). */
+static PyObject *Scanner_key_text(Scanner *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*:key_text", &view)) return NULL;
+    PyObject *out = NULL;
+    if (self->route == NULL) {
+        PyErr_SetString(PyExc_ValueError, "key_text needs a route");
+    } else {
+        int64_t shard = route_of(self->route, view.buf, (size_t)view.len);
+        if (shard >= 0)
+            out = Py_BuildValue("(y#L)", self->route->json.b, (Py_ssize_t)self->route->json.len,
+                                (long long)shard);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* removes() -> (count, columns): the keys whose last write is a remove; per key column
+ * bytes of native int64s (an integer column; an unsigned's bits) or (int32 offsets, utf-8
+ * data) (a text column). A column is typed by its first key (None when there is none). */
+static PyObject *Scanner_removes(Scanner *self, PyObject *unused) {
+    size_t n = 0;
+    int nk = -1;
+    for (size_t i = 0; i < self->cap; i++) {
+        const Entry *e = &self->table[i];
+        if (!e->hash || e->present) continue;
+        if (nk < 0) { /* count the key's columns by its tags */
+            const uint8_t *kb = entry_key(e);
+            size_t at = 0;
+            nk = 0;
+            while (at < e->keylen) {
+                uint8_t t = kb[at++];
+                at += t == 'n' ? 0 : t == 's' ? 4 + (size_t)le_n(kb + at, 4) : 8;
+                nk++;
+            }
+        }
+        n++;
+    }
+    if (nk < 0) return Py_BuildValue("(nN)", (Py_ssize_t)0, PyTuple_New(0));
+    PyObject *result = NULL, *cols = PyTuple_New(nk);
+    char *kind = PyMem_Calloc((size_t)nk, 1);
+    Bytes *data = PyMem_Calloc((size_t)nk, sizeof(Bytes));
+    Bytes *offs = PyMem_Calloc((size_t)nk, sizeof(Bytes));
+    if (cols == NULL || kind == NULL || data == NULL || offs == NULL) {
+        if (cols != NULL) PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < self->cap; i++) {
+        const Entry *e = &self->table[i];
+        if (!e->hash || e->present) continue;
+        const uint8_t *kb = entry_key(e);
+        size_t at = 0;
+        for (int j = 0; j < nk; j++) {
+            if (at >= e->keylen) goto bad;
+            uint8_t t = kb[at++];
+            char k = t == 's' ? 's' : (t == 'i' || t == 'u') ? 'i' : 'n';
+            if (k == 'n') {
+                PyErr_SetString(PyExc_ValueError, "a removed key has a NULL column");
+                goto done;
+            }
+            if (kind[j] == 0) {
+                kind[j] = k;
+                int32_t zero = 0;
+                if (k == 's' && put_bytes(&offs[j], &zero, 4) < 0) goto done;
+            }
+            if (kind[j] != k) goto bad;
+            if (k == 'i') {
+                int64_t v = (int64_t)le_n(kb + at, 8);
+                if (put_bytes(&data[j], &v, 8) < 0) goto done;
+                at += 8;
+            } else {
+                size_t len = (size_t)le_n(kb + at, 4);
+                at += 4;
+                if (put_bytes(&data[j], kb + at, len) < 0) goto done;
+                at += len;
+                if (data[j].len > INT32_MAX) {
+                    PyErr_SetString(PyExc_ValueError, "removed keys of more than 2 GiB");
+                    goto done;
+                }
+                int32_t end = (int32_t)data[j].len;
+                if (put_bytes(&offs[j], &end, 4) < 0) goto done;
+            }
+        }
+        if (at != e->keylen) goto bad;
+    }
+    for (int j = 0; j < nk; j++) {
+        PyObject *d = PyBytes_FromStringAndSize((const char *)data[j].b, (Py_ssize_t)data[j].len);
+        if (d == NULL) goto done;
+        if (kind[j] == 's') {
+            PyObject *o = PyBytes_FromStringAndSize((const char *)offs[j].b,
+                                                    (Py_ssize_t)offs[j].len);
+            PyObject *pair = o == NULL ? NULL : PyTuple_Pack(2, o, d);
+            Py_XDECREF(o);
+            Py_DECREF(d);
+            if (pair == NULL) goto done;
+            d = pair;
+        }
+        PyTuple_SET_ITEM(cols, j, d);
+    }
+    result = Py_BuildValue("(nO)", (Py_ssize_t)n, cols);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "removed keys differ in their columns");
+done:
+    Py_XDECREF(cols);
+    if (data != NULL)
+        for (int j = 0; j < nk; j++) PyMem_Free(data[j].b);
+    if (offs != NULL)
+        for (int j = 0; j < nk; j++) PyMem_Free(offs[j].b);
+    PyMem_Free(data);
+    PyMem_Free(offs);
+    PyMem_Free(kind);
+    return result;
+}
+
 static PyObject *Scanner_keys(Scanner *self, void *closure) {
     return PyLong_FromSize_t(self->used);
 }
@@ -595,6 +1017,13 @@ static PyMethodDef Scanner_methods[] = {
      "scan(op, first, second, buf, pos, end, ordinal) -> rows"},
     {"survivors", (PyCFunction)Scanner_survivors, METH_NOARGS,
      "survivors() -> (seqs, offsets): the surviving puts, int64 arrays in sequence order"},
+    {"route", (PyCFunction)Scanner_route, METH_VARARGS,
+     "route(database, table, names, ascii, shards, shard): keep the keys the SQL sinks' "
+     "glue routes to `shard`"},
+    {"key_text", (PyCFunction)Scanner_key_text, METH_VARARGS,
+     "key_text(tagged) -> (text, shard): one key's routing (tests)"},
+    {"removes", (PyCFunction)Scanner_removes, METH_NOARGS,
+     "removes() -> (count, columns): the keys whose last write is a remove"},
     {NULL},
 };
 
@@ -634,7 +1063,8 @@ PyMODINIT_FUNC PyInit__lastwrite(void) {
         PyModule_AddIntConstant(m, "DELETE", OP_DELETE) < 0 ||
         PyModule_AddIntConstant(m, "KEY_SIGNED", KEY_SIGNED) < 0 ||
         PyModule_AddIntConstant(m, "KEY_UNSIGNED", KEY_UNSIGNED) < 0 ||
-        PyModule_AddIntConstant(m, "KEY_TEXT", KEY_TEXT) < 0) {
+        PyModule_AddIntConstant(m, "KEY_TEXT", KEY_TEXT) < 0 ||
+        PyModule_AddStringConstant(m, "UNROUTABLE", UNROUTABLE) < 0) {
         Py_DECREF(m);
         return NULL;
     }
