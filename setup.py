@@ -35,5 +35,10 @@ setup(
             sources=["src/headwater/_native/survivors.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
+        Extension(
+            "headwater._native._walk",
+            sources=["src/headwater/_native/walk.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
     ]
 )

@@ -40,10 +40,11 @@ ordinal (its place among the table's rows events of the range) names it in both.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from headwater.binlog.codec import DECODE_ERRORS, NATIVE, row_decoder_for
 from headwater.binlog.events import DecodeContext, parse_event
@@ -170,23 +171,35 @@ class ScanSpec:
 
         log = open_log(self.options)
         try:
-            walker = _Walker(self, log)
+            if not WALK_IN_C:
+                yield from self._read_part_python(log, part)
+                return
+            walker = _FastWalker(self, log)
             scanner = Scanner(self.parts, part)
-            counts: list[int] = []
-            # The events are kept for pass 2 while they fit KEEP_BYTES (one walk instead
-            # of two); beyond, pass 2 reads the range again.
-            kept: list[_Event] | None = []
-            held = 0
-            for event in walker.events():
-                counts.append(event.scan(scanner, len(counts)))
-                if kept is not None:
-                    held += len(event.buf)
-                    kept = kept if held <= KEEP_BYTES else None
-                    if kept is not None:
-                        kept.append(event)
-            yield from walker.survivors(scanner, counts, kept)
+            walked = walker.scan(scanner)
+            yield from walker.survivors_of(scanner, walked)
         finally:
             log.close()
+
+    def _read_part_python(self, log: Any, part: int) -> Iterator[pa.Table]:
+        """:meth:`read_part` with the events walked in Python (:data:`WALK_IN_C` off)."""
+        from headwater._native._lastwrite import Scanner
+
+        walker = _Walker(self, log)
+        scanner = Scanner(self.parts, part)
+        counts: list[int] = []
+        # The events are kept for pass 2 while they fit KEEP_BYTES (one walk instead
+        # of two); beyond, pass 2 reads the range again.
+        kept: list[_Event] | None = []
+        held = 0
+        for event in walker.events():
+            counts.append(event.scan(scanner, len(counts)))
+            if kept is not None:
+                held += len(event.buf)
+                kept = kept if held <= KEEP_BYTES else None
+                if kept is not None:
+                    kept.append(event)
+        yield from walker.survivors(scanner, counts, kept)
 
 
 @dataclass(slots=True)
@@ -331,6 +344,9 @@ KEEP_BYTES = 256 << 20
 #: headwater._native._survivors (straight into Arrow buffers; a test turns it off to
 #: compare with the Python route)
 SURVIVORS_IN_C = True
+#: Whether pass 1 walks the events in C (headwater._native._walk; a test turns it off to
+#: compare with the Python walk)
+WALK_IN_C = True
 #: An event whose surviving rows are at least 1/_BULK of its rows is decoded whole (one
 #: call into C, then the survivors picked) rather than image by image.
 _BULK = 8
@@ -349,8 +365,6 @@ class _Walker:
     def events(self) -> Iterator[_Event]:
         spec, log = self.spec, self.log
         want = spec.options.tables
-        schema = log.schema
-        known = self.known
         for rec in log.records(spec.first_seq, spec.end_seq):
             if not want.record_wanted(rec.tables):
                 continue
@@ -358,35 +372,49 @@ class _Walker:
             size = ctx.table_id_size
             expected = _width_at(spec.widths, rec.schema_version)
             for raw in iter_payload_events(rec.payload, source=None):
-                code = raw.type_code
-                if code == _TABLE_MAP:
-                    parse_event(raw, ctx)
-                    continue
-                if code not in ROWS_EVENT_TYPES:
-                    continue
-                tm = ctx.table_maps.get(rows_event_table_id(raw.body, table_id_size=size))
-                if tm is None:
-                    parse_event(raw, ctx)  # raises: a rows event without its TABLE_MAP
-                    continue
-                # the table of this map at this schema version (None: another table),
-                # asked once: the columns depend on nothing else
-                hit = known.get((id(tm), rec.schema_version))
-                if hit is None or hit[0] is not tm:
-                    table = None
-                    if want(tm.schema, tm.table):
-                        columns = schema.columns_for(tm, rec.position) if schema else None
-                        table = _Table(spec, tm, columns)
-                    hit = known[(id(tm), rec.schema_version)] = (tm, table)
-                table = hit[1]
-                if table is None:
-                    continue
-                if code == _PARTIAL_UPDATE_ROWS:
-                    raise ConfigError(
-                        f"{PARTIAL_IMAGE}: {spec.table} has a partial JSON update "
-                        "(binlog_row_value_options=PARTIAL_JSON); a replay needs full images",
-                        field="as_of",
-                    )
-                yield self._event(code, raw.body, table, rec, expected, size)
+                event = self._one(raw, ctx, rec, expected, size)
+                if event is not None:
+                    yield event
+
+    def _one(
+        self, raw: Any, ctx: DecodeContext, rec: Any, expected: int | None, size: int
+    ) -> _Event | None:
+        """The :class:`_Event` of one event of ``rec`` when it is a rows event of the
+        table (a TABLE_MAP is parsed into ``ctx``; other events give None)."""
+        code = raw.type_code
+        if code == _TABLE_MAP:
+            parse_event(raw, ctx)
+            return None
+        if code not in ROWS_EVENT_TYPES:
+            return None
+        tm = ctx.table_maps.get(rows_event_table_id(raw.body, table_id_size=size))
+        if tm is None:
+            parse_event(raw, ctx)  # raises: a rows event without its TABLE_MAP
+            return None
+        table = self._table(tm, rec)
+        if table is None:
+            return None
+        if code == _PARTIAL_UPDATE_ROWS:
+            raise ConfigError(
+                f"{PARTIAL_IMAGE}: {self.spec.table} has a partial JSON update "
+                "(binlog_row_value_options=PARTIAL_JSON); a replay needs full images",
+                field="as_of",
+            )
+        return self._event(code, raw.body, table, rec, expected, size)
+
+    def _table(self, tm: TableMap, rec: Any) -> _Table | None:
+        """The table of ``tm`` at ``rec``'s schema version (None: another table), asked
+        once: the columns depend on nothing else."""
+        known = self.known
+        hit = known.get((id(tm), rec.schema_version))
+        if hit is None or hit[0] is not tm:
+            table = None
+            if self.spec.options.tables(tm.schema, tm.table):
+                schema = self.log.schema
+                columns = schema.columns_for(tm, rec.position) if schema else None
+                table = _Table(self.spec, tm, columns)
+            hit = known[(id(tm), rec.schema_version)] = (tm, table)
+        return hit[1]
 
     def _event(
         self, code: int, body: Any, table: _Table, rec: Any, expected: int | None, size: int
@@ -471,6 +499,173 @@ class _Walker:
             yield out.table()
         if fast is not None and fast.rows:
             yield _arrow_table(self.spec, fast.take())
+
+
+@dataclass(slots=True)
+class _Walked:
+    """What :meth:`_Walker.scan` leaves for pass 2: per ordinal one row of ``events``
+    (:mod:`headwater._native._walk`'s six int64s: the table's index in ``tables`` or -1
+    for an event walked in Python, kept in ``slow``; op; body start; first image;
+    event end; rows), the ordinal each walked record starts at, and the records'
+    payloads while they fit :data:`KEEP_BYTES` (else None: read again)."""
+
+    events: bytearray
+    firsts: list[int]
+    tables: list[tuple[_Table, _Shape]]
+    slow: dict[int, tuple[_Event, int]]
+    payloads: list[bytes] | None
+
+
+class _FastWalker(_Walker):
+    """The walk of :meth:`ScanSpec.read_part`: :meth:`_Walker.events` with the common
+    events (an uncompressed full-image rows event of a mapped table) framed in C and fed
+    to the key pass there (:mod:`headwater._native._walk`): no Python object per event.
+    TABLE_MAPs, other tables' events and anything unusual go through
+    :meth:`_Walker._one`, so every error is the Python walk's. Ordinals are the same as
+    :meth:`_Walker.events` gives: both count the table's rows events in log order."""
+
+    def _records(self) -> Iterator[tuple[Any, bytes]]:
+        want = self.spec.options.tables
+        for rec in self.log.records(self.spec.first_seq, self.spec.end_seq):
+            if want.record_wanted(rec.tables):
+                payload = rec.payload
+                yield rec, payload if type(payload) is bytes else bytes(payload)
+
+    def scan(self, scanner: Any) -> _Walked:
+        """Pass 1 over the whole range into ``scanner`` (lastwrite.c)."""
+        from headwater._native._walk import DONE, TABLE_MAP, walk
+
+        spec, log = self.spec, self.log
+        walked = _Walked(bytearray(), [], [], {}, [])
+        index: dict[int, int] = {}  # id(_Shape) -> its place in walked.tables
+        held = 0
+        ordinal = 0
+        for rec, payload in self._records():
+            walked.firsts.append(ordinal)
+            if walked.payloads is not None:
+                held += len(payload)
+                if held <= KEEP_BYTES:
+                    walked.payloads.append(payload)
+                else:
+                    walked.payloads = None
+            ctx = DecodeContext(fde=log.fde, table_map_cache=self.maps)
+            size = ctx.table_id_size
+            expected = _width_at(spec.widths, rec.schema_version)
+            ids: dict[int, tuple[int, Any, int] | None] = {}
+            pos = 0
+            while True:
+                status, pos, ordinal = walk(
+                    payload, pos, size, ids, scanner, ordinal, walked.events,
+                    -1 if expected is None else expected,
+                )  # fmt: skip
+                if status == DONE:
+                    break
+                # the event the C walk stopped at, framed (and refused) as before
+                raw = next(iter_payload_events(memoryview(payload)[pos:], source=None))
+                pos += 4 + int.from_bytes(payload[pos : pos + 4], "little")
+                if status == TABLE_MAP:
+                    tm = cast("TableMap", parse_event(raw, ctx))  # a TABLE_MAP parses to one
+                    ids.pop(tm.table_id, None)
+                    table = self._table(tm, rec)
+                    if table is None:
+                        ids[tm.table_id] = None
+                        continue
+                    try:
+                        shape = table.shape(tuple(range(tm.column_count)))
+                    except ConfigError:
+                        continue  # its rows events go the Python way, which raises
+                    at = index.get(id(shape))
+                    if at is None:
+                        at = index[id(shape)] = len(walked.tables)
+                        walked.tables.append((table, shape))
+                    ids[tm.table_id] = (at, shape.compiled, tm.column_count)
+                    continue
+                event = self._one(raw, ctx, rec, expected, size)
+                if event is None:
+                    continue
+                count = event.scan(scanner, ordinal)
+                walked.slow[ordinal] = (event, count)
+                walked.events += _SLOW_ROW.pack(-1, event.op, 0, 0, 0, count)
+                ordinal += 1
+        return walked
+
+    def survivors_of(self, scanner: Any, walked: _Walked) -> Iterator[pa.Table]:
+        """Pass 2 of :meth:`scan`: the surviving puts' after images, as physical
+        columns, in sequence order (as :meth:`_Walker.survivors`)."""
+        import numpy as np
+
+        seqs_raw, offsets_raw = scanner.survivors()
+        seqs = np.frombuffer(seqs_raw, dtype=np.int64)
+        offsets = np.frombuffer(offsets_raw, dtype=np.int64)
+        ordinals = seqs >> 32
+        wanted = np.unique(ordinals)
+        bounds = np.searchsorted(ordinals, wanted, side="left").tolist()
+        ends = np.searchsorted(ordinals, wanted, side="right").tolist()
+        records = (np.searchsorted(walked.firsts, wanted, side="right") - 1).tolist()
+        rows_of = np.frombuffer(walked.events, dtype=np.int64).reshape(-1, 6)
+        info = rows_of[wanted].tolist() if len(wanted) else []
+        payloads = walked.payloads
+        again = None if payloads is not None else self._records()
+        at_record, payload = -1, b""
+        targets = _targets(self.spec)
+        fast = None
+        if targets is not None:
+            from headwater._native._survivors import Columns
+
+            fast = Columns(targets)
+        out = _Columns(self.spec)
+        for ordinal, lo, hi, r, (t, op, body, first, end, count) in zip(
+            wanted.tolist(), bounds, ends, records, info, strict=True
+        ):
+            if t < 0:
+                event, count = walked.slow[ordinal]
+                buf, shape, table, base = event.buf, event.second or event.first, event.table, 0
+            else:
+                if r != at_record:
+                    if payloads is not None:
+                        payload = payloads[r]
+                    else:
+                        assert again is not None
+                        while at_record < r:
+                            payload = next(again)[1]
+                            at_record += 1
+                    at_record = r
+                table, shape = walked.tables[t]
+                buf, base, event = payload, body, None
+            if fast is not None and targets is not None:
+                plan = table.survivor_plan(shape, targets)
+                if plan is not None and out.rows:
+                    yield out.table()
+                    out = _Columns(self.spec)
+                try:
+                    done = plan is not None and fast.add(plan, buf, offsets[lo:hi].data)
+                except ValueError as exc:
+                    raise TruncatedError(str(exc)) from None
+                if done:
+                    if fast.rows >= BATCH_ROWS:
+                        yield _arrow_table(self.spec, fast.take())
+                    continue
+                if fast.rows:
+                    yield _arrow_table(self.spec, fast.take())
+            if event is None:
+                # the event as the Python walk gives it: its body, offsets in it
+                event = _Event(
+                    op, table, shape, shape if op == 1 else None, buf[body:end], first - body
+                )
+            rows = (seqs[lo:hi] & 0xFFFFFFFF).tolist()
+            offs = (offsets[lo:hi] - base).tolist()
+            out.add(event.after_images(rows, offs, count), shape.where)
+            if out.rows >= BATCH_ROWS:
+                yield out.table()
+                out = _Columns(self.spec)
+        if out.rows:
+            yield out.table()
+        if fast is not None and fast.rows:
+            yield _arrow_table(self.spec, fast.take())
+
+
+#: A row of _Walked.events for an event walked in Python (walk.c's six int64s)
+_SLOW_ROW = struct.Struct("=6q")
 
 
 def _width_at(widths: tuple[tuple[int, int], ...], version: int) -> int | None:
