@@ -9,14 +9,30 @@ bulk writers.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from headwater.errors import SinkError
 from headwater.position import Position
-from headwater.schema.model import TableDef
+from headwater.schema.model import BINARY_TYPES, Column, TableDef
+from headwater.sinks.base import ApplyResult, DdlMode, map_database
+from headwater.sinks.dialect import describe
+from headwater.sinks.merge import DELETE, UPSERT, NetEffect
+from headwater.sinks.values import ValueRules, column_converter
+from headwater.sinks.writes import Write, run_write
 
-__all__ = ["NetTable"]
+if TYPE_CHECKING:
+    from headwater.sinks.sql import SqlSink
+
+__all__ = ["NetTable", "apply_net", "copy_text", "mysql_literals"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +64,538 @@ class NetTable:
     removes: pa.Table
     #: Position of the first record of the range (for create_tables).
     position: Position
+
+
+# -- the shard transaction ------------------------------------------------------------------
+
+
+def apply_net(
+    sink: SqlSink,
+    tables: Sequence[NetTable],
+    *,
+    source: str,
+    first_seq: int,
+    last_seq: int,
+    batch_id: int,
+    shard: int,
+    connection: Any = None,
+    on_retry: Callable[[int, BaseException], None] | None = None,
+) -> ApplyResult:
+    """:meth:`headwater.sinks.sql.SqlSink.apply_net` (see there)."""
+    work_tables = [t for t in tables if t.upserts.num_rows or t.removes.num_rows]
+    if not work_tables:
+        return ApplyResult(shard, batch_id, attempts=0)
+    config = sink.config
+    created: dict[tuple[str, str], Position] = {}
+    if config.create_tables:
+        for t in work_tables:
+            created.setdefault((t.database, t.table), t.position)
+        sink._create_tables(created, connection)
+
+    def work(conn: Any) -> ApplyResult:
+        return _transaction(sink, conn, work_tables, source, first_seq, last_seq, batch_id, shard)
+
+    def apply() -> ApplyResult:
+        result, attempts = sink._with_retries(
+            work,
+            what=f"apply shard {shard} of batch {batch_id} (net effect)",
+            connection=connection,
+            on_retry=on_retry,
+            resume=first_seq,
+        )
+        done: ApplyResult = result
+        return dataclasses.replace(done, attempts=attempts)
+
+    if not config.create_tables:
+        return apply()
+    return sink._recreating(apply, lambda: sink._create_tables(created, connection))
+
+
+def _transaction(
+    sink: SqlSink,
+    conn: Any,
+    tables: Sequence[NetTable],
+    source: str,
+    first_seq: int,
+    last_seq: int,
+    batch_id: int,
+    shard: int,
+) -> ApplyResult:
+    """The checkpoint protocol of ``SqlSink._transaction`` around the bulk writes."""
+    config, dialect = sink.config, sink.dialect
+    ckpt = dialect.table_ref(config.checkpoint_database, "headwater_checkpoint")
+    pipeline = config.pipeline
+    total = sum(t.upserts.num_rows + t.removes.num_rows for t in tables)
+    with conn.cursor() as cur:
+        cur.execute(dialect.insert_missing_sql(ckpt), (pipeline, source, shard))
+        cur.execute(
+            f"SELECT max_sequence FROM {ckpt} WHERE pipeline = %s AND source = %s"
+            " AND shard = %s FOR UPDATE",
+            (pipeline, source, shard),
+        )
+        applied = int(cur.fetchone()[0])
+        if applied >= first_seq:  # this shard's transaction of the range committed already
+            return ApplyResult(shard, batch_id, skipped=total, checkpoints={source: applied})
+        writer = _Writer(sink, cur, source, first_seq, batch_id, shard)
+        plans = [writer.plan(t) for t in tables]
+        deletes = sum(writer.remove(p) for p in plans)
+        upserts = sum(writer.upsert(p) for p in plans)
+        cur.execute(
+            f"UPDATE {ckpt} SET batch_id = %s, max_sequence = %s, applies = applies + 1,"
+            " rows_applied = %s, applied_at = CURRENT_TIMESTAMP(6)"
+            " WHERE pipeline = %s AND source = %s AND shard = %s",
+            (batch_id, last_seq, total, pipeline, source, shard),
+        )
+    return ApplyResult(shard, batch_id, upserts, deletes, 0, {source: last_seq})
+
+
+@dataclass(slots=True)
+class _Plan:
+    """One table's writes: target reference, definition, and the columns written."""
+
+    net: NetTable
+    ref: str
+    tdef: TableDef
+    columns: tuple[str, ...]  # upsert columns (those the target has under ddl: ignore)
+
+
+class _Effects(Sequence[NetEffect]):
+    """The rows of an Arrow table as :class:`NetEffect` values, made only when asked (the
+    row-by-row narrowing of :func:`~headwater.sinks.writes.run_write` names a key)."""
+
+    __slots__ = ("action", "first_seq", "key", "net", "rows", "source")
+
+    def __init__(
+        self, net: NetTable, rows: pa.Table, action: str, source: str, first_seq: int
+    ) -> None:
+        self.net, self.rows, self.action = net, rows, action
+        self.source, self.first_seq = source, first_seq
+
+    def __len__(self) -> int:
+        return int(self.rows.num_rows)
+
+    @overload
+    def __getitem__(self, i: int) -> NetEffect: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[NetEffect]: ...
+
+    def __getitem__(self, i: int | slice) -> NetEffect | list[NetEffect]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        net = self.net
+        key = {k: self.rows.column(k)[i].as_py() for k in net.key}
+        return NetEffect(
+            self.source,
+            net.database,
+            net.table,
+            "",
+            key,
+            self.action,
+            None,
+            self.first_seq,
+            self.first_seq,
+            net.position,
+        )
+
+
+class _Writer:
+    """The writes of one transaction on its cursor (module docstring)."""
+
+    def __init__(
+        self, sink: SqlSink, cur: Any, source: str, first_seq: int, batch_id: int, shard: int
+    ) -> None:
+        self.sink, self.cur, self.source = sink, cur, source
+        self.first_seq, self.batch_id, self.shard = first_seq, batch_id, shard
+        self.config, self.dialect = sink.config, sink.dialect
+        self.rules = ValueRules(self.config.zero_dates, self.dialect.text_bytes)
+        self.mysql = self.dialect.quote_char == "`"
+        self._packet: int | None = None
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def plan(self, net: NetTable) -> _Plan:
+        target = map_database(self.config.database_map, net.database)
+        tdef = self._definition(net)
+        columns = net.columns
+        if DdlMode(self.config.ddl) is DdlMode.IGNORE:
+            has = self.sink._target_has(self.cur, net.database, net.table)
+            if has is not None:
+                columns = tuple(c for c in columns if c in has)
+        return _Plan(net, self.dialect.table_ref(target, net.table), tdef, columns)
+
+    def _definition(self, net: NetTable) -> TableDef:
+        names = {c.name for c in net.definition.columns}
+        if names.issuperset(net.columns) and names.issuperset(net.key):
+            return net.definition
+        # Columns renamed by the pipeline's transforms: the sink's schema (the pipeline's
+        # view) knows the table by its target-side names.
+        found = self.config.schema.table_at(net.database, net.table, net.position)
+        if found is None or not {c.name for c in found.columns}.issuperset(net.columns):
+            raise SinkError(
+                f"no table definition with columns {list(net.columns)} at {net.position}",
+                table=f"{net.database}.{net.table}",
+                shard=self.shard,
+                batch_id=self.batch_id,
+                resume_sequence=self.first_seq,
+            )
+        return found
+
+    # -- removes and upserts -----------------------------------------------------------------
+
+    def remove(self, plan: _Plan) -> int:
+        rows = plan.net.removes
+        if not rows.num_rows:
+            return 0
+        count: int = rows.num_rows
+        key = plan.net.key
+        rows = rows.select(list(key))
+        if self.mysql:
+            fast = _mysql_fast(plan.tdef, rows, key)
+            if fast:
+                self._mysql_statements(plan, rows, key, delete=True)
+                return count
+        elif _pg_fast(plan.tdef, rows, key):
+            self._pg_copy(plan, rows, key, delete=True)
+            return count
+        return self._general(plan, rows, key, delete=True)
+
+    def upsert(self, plan: _Plan) -> int:
+        rows = plan.net.upserts
+        if not rows.num_rows:
+            return 0
+        count: int = rows.num_rows
+        columns = plan.columns
+        rows = rows.select(list(columns))
+        if self.mysql:
+            if _mysql_fast(plan.tdef, rows, columns):
+                self._mysql_statements(plan, rows, columns, delete=False)
+                return count
+        elif _pg_fast(plan.tdef, rows, columns):
+            self._pg_copy(plan, rows, columns, delete=False)
+            return count
+        return self._general(plan, rows, columns, delete=False)
+
+    def _write(self, plan: _Plan, rows: pa.Table, columns: tuple[str, ...], delete: bool) -> Write:
+        """``rows`` as a :class:`~headwater.sinks.writes.Write` of the general path: values
+        converted as :func:`~headwater.sinks.writes.plan_writes` converts JSON values."""
+        values = []
+        for name in columns:
+            convert = column_converter(plan.tdef.column(name), self.rules)  # type: ignore[arg-type]
+            try:
+                values.append(convert(rows.column(name).to_pylist()))
+            except (ValueError, TypeError, ArithmeticError) as exc:
+                raise SinkError(
+                    f"cannot convert a value of {name}: {exc}",
+                    table=f"{plan.net.database}.{plan.net.table}",
+                    shard=self.shard,
+                    batch_id=self.batch_id,
+                    resume_sequence=self.first_seq,
+                ) from None
+        effects = _Effects(
+            plan.net, rows, DELETE if delete else UPSERT, self.source, self.first_seq
+        )
+        return Write(
+            plan.ref,
+            f"{plan.net.database}.{plan.net.table}",
+            plan.net.key,
+            columns,
+            delete,
+            effects,  # type: ignore[arg-type]  # a Sequence[NetEffect], as run_write reads it
+            values=values,
+        )
+
+    def _general(self, plan: _Plan, rows: pa.Table, columns: tuple[str, ...], delete: bool) -> int:
+        """The existing statement path (values a Python object each): column types the
+        bulk text below does not render."""
+        write = self._write(plan, rows, columns, delete)
+        batch_rows = max(self.config.batch_rows, 1)
+        return int(run_write(self.cur, write, self.dialect, batch_rows, self.batch_id, self.shard))
+
+    def _failed(
+        self,
+        plan: _Plan,
+        rows: pa.Table,
+        columns: tuple[str, ...],
+        delete: bool,
+        exc: BaseException,
+        statement: str,
+    ) -> SinkError:
+        """A bulk statement the target refused for good (the transaction is back at the
+        savepoint): the chunk again through the general path, which names the first row
+        that fails on its own; if none does, the chunk's first key."""
+        try:
+            self._general(plan, rows, columns, delete)
+        except SinkError as narrowed:
+            return narrowed
+        effect = _Effects(plan.net, rows, "", self.source, self.first_seq)[0]
+        return SinkError(
+            describe(exc),
+            table=f"{plan.net.database}.{plan.net.table}",
+            key=effect.key,
+            statement=statement[:500],
+            shard=self.shard,
+            batch_id=self.batch_id,
+            resume_sequence=self.first_seq,
+        )
+
+    # -- MySQL/MariaDB: multi-row statements, text built by Arrow -----------------------------
+
+    def _mysql_statements(
+        self, plan: _Plan, rows: pa.Table, columns: tuple[str, ...], delete: bool
+    ) -> None:
+        """Large multi-row ``INSERT ... ON DUPLICATE KEY UPDATE`` (the statement of
+        :meth:`~headwater.sinks.mysql.client.MysqlDialect.upsert_rendered`) or ``DELETE ...
+        WHERE (k) IN (...)``, each at most a quarter of ``max_allowed_packet``, the values
+        rendered as SQL literals by Arrow compute kernels (:func:`mysql_literals`)."""
+        cur, dialect = self.cur, self.dialect
+        no_backslash = bool(cur.connection.server_status & _no_backslash_escapes())
+        literals = [
+            mysql_literals(rows.column(c), plan.tdef.column(c), no_backslash)  # type: ignore[arg-type]
+            for c in columns
+        ]
+        if delete and len(columns) == 1:
+            tuples = pc.binary_join_element_wise(literals[0], pa.scalar(b""), b",")
+        else:
+            inner = pc.binary_join_element_wise(*literals, b",")
+            tuples = pc.binary_join_element_wise(b"(", inner, b"),", b"")
+        tuples = tuples.combine_chunks() if isinstance(tuples, pa.ChunkedArray) else tuples
+        marker = "\x00hw_rows\x00"
+        if delete:
+            sql = dialect.delete_rendered(plan.ref, columns, marker)
+            if len(columns) == 1:  # ``k IN (1, 2)``, not ``(k) IN ((1), (2))``
+                sql = sql.replace(
+                    f"({dialect.ident(columns[0])}) IN", f"{dialect.ident(columns[0])} IN"
+                )
+        else:
+            sql = dialect.upsert_rendered(plan.ref, columns, plan.net.key, marker)
+        head, _, tail = sql.partition(marker)
+        prefix, suffix = head.encode(), tail.encode()
+        limit = max(1 << 16, self._max_packet() // 4)
+        for start, stop, body in _chunks(tuples, limit):
+            statement = prefix + body[:-1] + suffix  # the last row's "," dropped
+            cur.execute("SAVEPOINT hw_batch")
+            try:
+                cur.execute(statement)
+            except Exception as exc:
+                if dialect.retryable(exc) is not False:
+                    raise
+                cur.execute("ROLLBACK TO SAVEPOINT hw_batch")
+                text = statement[:500].decode("utf-8", "replace")
+                raise self._failed(
+                    plan, rows.slice(start, stop - start), columns, delete, exc, text
+                ) from exc
+
+    def _max_packet(self) -> int:
+        if self._packet is None:
+            self.cur.execute("SELECT @@max_allowed_packet")
+            self._packet = int(self.cur.fetchone()[0])
+        return self._packet
+
+    # -- PostgreSQL: COPY of text built by Arrow ------------------------------------------------
+
+    def _pg_copy(self, plan: _Plan, rows: pa.Table, columns: tuple[str, ...], delete: bool) -> None:
+        """``COPY ... FROM STDIN`` (text format, rendered by Arrow: :func:`copy_text`) into
+        a temporary table of the target's column types dropped at commit, then ``INSERT
+        ... SELECT ... ON CONFLICT`` (:meth:`PostgresDialect.upsert_rendered`'s) or
+        ``DELETE ... USING`` -- the statements of ``PostgresDialect.bulk_write``."""
+        cur, dialect = self.cur, self.dialect
+        stage = dialect.ident(f"hw_net_{next(_STAGES)}")
+        cols = ", ".join(dialect.ident(c) for c in columns)
+        text = copy_text(rows, columns)
+        if delete:
+            match = " AND ".join(f"t.{dialect.ident(c)} = s.{dialect.ident(c)}" for c in columns)
+            statement = f"DELETE FROM {plan.ref} AS t USING {stage} AS s WHERE {match}"
+        else:
+            marker = "\x00hw_rows\x00"
+            values = dialect.upsert_rendered(plan.ref, columns, plan.net.key, marker)
+            statement = values.replace(f"VALUES {marker}", f"SELECT {cols} FROM {stage}")
+        cur.execute("SAVEPOINT hw_batch")
+        try:
+            cur.execute(
+                f"CREATE TEMPORARY TABLE {stage} ON COMMIT DROP AS SELECT {cols} FROM {plan.ref}"
+                " WITH NO DATA"
+            )
+            with cur.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
+                for start in range(0, len(text), 1 << 20):
+                    copy.write(text[start : start + (1 << 20)])
+            cur.execute(statement)
+        except Exception as exc:
+            if dialect.retryable(exc) is not False:
+                raise
+            cur.execute("ROLLBACK TO SAVEPOINT hw_batch")
+            raise self._failed(plan, rows, columns, delete, exc, statement) from exc
+
+
+#: Names of the temporary tables of :meth:`_Writer._pg_copy` (unique in a process).
+_STAGES = itertools.count()
+
+
+def _chunks(tuples: pa.Array, limit: int) -> Iterator[tuple[int, int, bytes]]:
+    """``(first row, end row, bytes)`` of consecutive runs of ``tuples`` (a binary array
+    without nulls) of at most ``limit`` bytes each (at least one row)."""
+    n = len(tuples)
+    offsets = np.frombuffer(
+        tuples.buffers()[1], dtype=np.int32, count=n + 1, offset=tuples.offset * 4
+    )
+    data = tuples.buffers()[2]
+    start = 0
+    while start < n:
+        base = int(offsets[start])
+        stop = int(np.searchsorted(offsets, base + limit, side="right")) - 1
+        stop = min(n, max(stop, start + 1))
+        yield start, stop, data[base : int(offsets[stop])].to_pybytes()
+        start = stop
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+_INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"})
+_FLOAT_TYPES = frozenset({"float", "double", "real"})
+_DECIMAL_TYPES = frozenset({"decimal", "numeric"})
+_TEXT_TYPES = frozenset(
+    {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
+)
+
+
+def _kind(col: Column, arrow: pa.DataType) -> str | None:
+    """How a column's Arrow values are rendered as text: ``int``, ``float``, ``decimal``,
+    ``text``, ``bytes``, ``null`` (all NULL); None: not at all (the general path)."""
+    t = col.data_type
+    if pa.types.is_null(arrow):
+        return "null"
+    if t in _INTEGER_TYPES and pa.types.is_integer(arrow):
+        return "int"
+    if t in _FLOAT_TYPES and pa.types.is_floating(arrow):
+        return "float"
+    if t in _DECIMAL_TYPES and pa.types.is_decimal(arrow):
+        return "decimal"
+    if col.charset == "binary" or t in BINARY_TYPES:
+        return "bytes" if (pa.types.is_binary(arrow) or pa.types.is_large_binary(arrow)) else None
+    if t in _TEXT_TYPES and (pa.types.is_string(arrow) or pa.types.is_large_string(arrow)):
+        return "text"
+    return None
+
+
+def _mysql_fast(tdef: TableDef, rows: pa.Table, columns: Sequence[str]) -> bool:
+    for name in columns:
+        col = tdef.column(name)
+        if col is None or _kind(col, rows.schema.field(name).type) is None:
+            return False
+    return True
+
+
+def _pg_fast(tdef: TableDef, rows: pa.Table, columns: Sequence[str]) -> bool:
+    for name in columns:
+        col = tdef.column(name)
+        if col is None or _kind(col, rows.schema.field(name).type) in (None, "bytes"):
+            return False
+    return True
+
+
+def _as_binary(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Text as binary (the same bytes), large types made regular."""
+    if (
+        pa.types.is_large_string(values.type)
+        or pa.types.is_large_binary(values.type)
+        or pa.types.is_string(values.type)
+    ):
+        values = values.cast(pa.binary())
+    return values
+
+
+def _number_text(values: pa.Array | pa.ChunkedArray, kind: str) -> pa.Array | pa.ChunkedArray:
+    """Numbers as their text: integers in decimal, floats as the shortest text that reads
+    back to the same double (float32 values widened first, as JSON gives them to the
+    general path), decimals exactly (Arrow may use an exponent: ``0E-10``)."""
+    if kind == "float" and values.type != pa.float64():
+        values = values.cast(pa.float64())
+    return values.cast(pa.string()).cast(pa.binary())
+
+
+def mysql_literals(
+    values: pa.Array | pa.ChunkedArray, col: Column, no_backslash: bool
+) -> pa.Array | pa.ChunkedArray:
+    """A column's values as MySQL SQL literals (binary array, no nulls), as PyMySQL
+    renders them for the general path: integers as they are; floats with an exponent
+    (``escape_float``: a double literal, not a DECIMAL one); decimals as quoted text
+    (MySQL converts text to DECIMAL exactly, exponent included); text quoted with
+    ``escape_string``'s backslash escapes (or only ``'`` doubled under
+    ``NO_BACKSLASH_ESCAPES``); bytes as ``_binary'...'``; NULL."""
+    kind = _kind(col, values.type)
+    if kind == "null":
+        return pa.array([b"NULL"] * len(values), pa.binary())
+    if kind == "int":
+        out = _number_text(values, kind)
+    elif kind == "float":
+        finite = pc.is_finite(values)
+        if pc.any(pc.invert(finite)).as_py():
+            # PyMySQL refuses them too (MySQL cannot store NaN or infinities).
+            raise ValueError("a float column holds NaN or an infinity")
+        text = _number_text(values, kind)
+        out = pc.if_else(
+            pc.match_substring(text, b"e"), text, pc.binary_join_element_wise(text, b"e0", b"")
+        )
+    elif kind == "decimal":
+        out = pc.binary_join_element_wise(b"'", _number_text(values, kind), b"'", b"")
+    else:
+        text = _as_binary(values)
+        if no_backslash:
+            text = pc.replace_substring(text, b"'", b"''")
+        else:
+            for char, escaped in _MYSQL_ESCAPES:
+                text = pc.replace_substring(text, char, escaped)
+        out = pc.binary_join_element_wise(b"_binary'" if kind == "bytes" else b"'", text, b"'", b"")
+    return pc.fill_null(out, b"NULL")
+
+
+#: PyMySQL's ``escape_string`` (``pymysql.converters``), backslash first.
+_MYSQL_ESCAPES = (
+    (b"\\", b"\\\\"),
+    (b"\x00", b"\\0"),
+    (b"\n", b"\\n"),
+    (b"\r", b"\\r"),
+    (b"\x1a", b"\\Z"),
+    (b"'", b"\\'"),
+    (b'"', b'\\"'),
+)
+
+#: PostgreSQL ``COPY`` text format escapes (PostgreSQL manual, COPY, "Text Format"):
+#: backslash, newline, carriage return and the delimiter (tab); NULL is ``\N``.
+_COPY_ESCAPES = ((b"\\", b"\\\\"), (b"\n", b"\\n"), (b"\r", b"\\r"), (b"\t", b"\\t"))
+
+
+def copy_text(rows: pa.Table, columns: Sequence[str]) -> bytes:
+    """``rows`` as PostgreSQL ``COPY`` text: one line a row, fields tab-separated, ``\\N``
+    for NULL, text escaped (:data:`_COPY_ESCAPES`), numbers as :func:`_number_text`
+    gives them (PostgreSQL reads ``inf``, ``nan`` and exponents)."""
+    fields = []
+    for name in columns:
+        values = rows.column(name)
+        if pa.types.is_null(values.type):
+            fields.append(pa.array([b"\\N"] * rows.num_rows, pa.binary()))
+            continue
+        if pa.types.is_integer(values.type) or pa.types.is_decimal(values.type):
+            text = _number_text(values, "int")
+        elif pa.types.is_floating(values.type):
+            text = _number_text(values, "float")
+        else:
+            text = _as_binary(values)
+            for char, escaped in _COPY_ESCAPES:
+                text = pc.replace_substring(text, char, escaped)
+        fields.append(pc.fill_null(text, b"\\N"))
+    lines = pc.binary_join_element_wise(*fields, b"\t") if len(fields) > 1 else fields[0]
+    lines = pc.binary_join_element_wise(lines, b"", b"\n")
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    offsets = np.frombuffer(
+        lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4
+    )
+    return bytes(lines.buffers()[2][int(offsets[0]) : int(offsets[-1])].to_pybytes())
+
+
+@functools.cache
+def _no_backslash_escapes() -> int:
+    from pymysql.constants import SERVER_STATUS
+
+    return int(SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES)

@@ -78,6 +78,8 @@ from headwater.sinks.writes import plan_column_writes, plan_writes, run_write
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from headwater.sinks.netwrite import NetTable
+
 __all__ = ["DDL_SHARD", "SqlDialect", "SqlSink", "SqlSinkConfig"]
 
 log = logging.getLogger(__name__)
@@ -344,6 +346,47 @@ class SqlSink:
         if not self.config.create_tables:
             return apply()
         return self._recreating(apply, lambda: self._create_tables(created, connection))
+
+    def apply_net(
+        self,
+        tables: Sequence[NetTable],
+        *,
+        source: str,
+        first_seq: int,
+        last_seq: int,
+        batch_id: int,
+        shard: int,
+        connection: Any = None,
+        on_retry: OnRetry | None = None,
+    ) -> ApplyResult:
+        """Apply one shard's net effect of a range of ``source``'s changes, already
+        collapsed per key into typed Arrow (:class:`~headwater.sinks.netwrite.NetTable`),
+        in one transaction with the checkpoint protocol of :meth:`apply_columns`.
+
+        ``first_seq`` and ``last_seq`` are the row sequences (``record << 24 | row``,
+        :mod:`headwater.changes.sequence`; the unit of ``ChangeColumns.sequence`` and of the
+        checkpoint's ``max_sequence``) of the range's first and last change. The whole call
+        is skipped when the shard's ``max_sequence`` is already at or past ``first_seq``
+        (this range, or a later one, committed); else the removes, then the upserts, are
+        written set-based (:mod:`headwater.sinks.netwrite`) and ``max_sequence`` becomes
+        ``last_seq``, so batches of this path and of :meth:`apply_columns` mix. A range is
+        all or nothing: a range that starts at or below the checkpoint must not be
+        applied partly (the caller gives ranges that begin after the last one applied).
+        ``rows_applied`` records the rows written (upserts + removes), not change rows.
+        """
+        from headwater.sinks.netwrite import apply_net
+
+        return apply_net(
+            self,
+            tables,
+            source=source,
+            first_seq=first_seq,
+            last_seq=last_seq,
+            batch_id=batch_id,
+            shard=shard,
+            connection=connection,
+            on_retry=on_retry,
+        )
 
     def _recreating(
         self, apply: Callable[[], ApplyResult], create: Callable[[], None]

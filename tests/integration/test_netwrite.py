@@ -1,0 +1,358 @@
+"""``SqlSink.apply_net`` (the net effect as typed Arrow, written set-based) against the
+existing path (``apply_changes``): the same histories leave identical target tables and
+checkpoint rows, in MariaDB and in PostgreSQL; a replayed call and a call behind the
+checkpoint change nothing; a value the target refuses is named by table and key."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import random
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+
+from headwater.connections import TargetConnection
+from headwater.errors import SinkError
+from headwater.position import Position
+from headwater.sandbox import MariadbSandbox
+from headwater.schema.model import TableDef
+from headwater.sinks import RetryPolicy, StaticSchema, netwrite
+from headwater.sinks.mysql import MysqlSink, MysqlSinkConfig
+from headwater.sinks.netwrite import NetTable
+from headwater.sinks.postgres import PostgresSink, PostgresSinkConfig
+from headwater.sinks.sql import SqlSink
+from tests.integration.sink_support import col, row
+
+TDEF = TableDef(
+    "src",
+    "vals",
+    (
+        col("id", "int", nullable=False),
+        col("tag", "varchar", "varchar(8)", nullable=False),
+        col("big", "bigint", "bigint unsigned", unsigned=True),
+        col("neg", "bigint"),
+        col("small", "tinyint"),
+        col("dbl", "double"),
+        col("flt", "float"),
+        col("amount", "decimal", "decimal(30,10)"),
+        col("name", "varchar", "varchar(40)"),
+        col("body", "text"),
+        col("raw", "varbinary", "varbinary(16)", charset="binary"),
+        col("day", "date"),
+    ),
+    primary_key=("id", "tag"),
+)
+KEY = ("id", "tag")
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int32()),
+        ("tag", pa.string()),
+        ("big", pa.uint64()),
+        ("neg", pa.int64()),
+        ("small", pa.int8()),
+        ("dbl", pa.float64()),
+        ("flt", pa.float32()),
+        ("amount", pa.decimal128(30, 10)),
+        ("name", pa.string()),
+        ("body", pa.string()),
+        ("raw", pa.binary()),
+        ("day", pa.string()),  # as the JSON text: the general path's conversion
+    ]
+)
+TEXTS = ["", "plain", "tab\there", "new\nline", "back\\slash", "quo'te\"s", "\\N", "ünï €",
+         "\r", "\x1a", "𝄞 emoji", "NULL", "a\\'b"]  # fmt: skip
+NUMBERS: dict[str, list[Any]] = {
+    "big": [0, 1, 2**63, 2**64 - 1],
+    "neg": [-(2**63), -1, 2**63 - 1],
+    "small": [-128, 0, 127],
+    "dbl": [0.0, -1.5, 1e300, 3.141592653589793, 0.1, -2.5e-308, 1e16, 123456789.123],
+    "flt": [0.5, -2.25, 1024.0, 0.1, 3.4e38, 1e-7],
+    "amount": [
+        "0.0000000000",
+        "-1.0000000001",
+        "12345678901234567890.1234567890",
+        "0.0000001000",
+        "-0.0000000001",
+    ],
+    "raw": [b"", b"\x00\xff", b"\t\n\\'\"", bytes(range(16))],
+    "day": ["2024-02-29", "1000-01-01", "0000-00-00"],
+}
+
+
+def choices(nul: bool) -> dict[str, list[Any]]:
+    texts = TEXTS + (["nul\x00byte"] if nul else [])
+    return {**NUMBERS, "name": texts, "body": [t * 3 for t in texts]}
+
+
+def only(tdef: TableDef, names: tuple[str, ...]) -> TableDef:
+    """``tdef`` with the columns ``names`` only."""
+    return dataclasses.replace(tdef, columns=tuple(c for c in tdef.columns if c.name in names))
+
+
+#: Column sets: every column (``day``, a DATE as JSON text, sends the table's upserts
+#: through the general path), the bulk text's types only (PostgreSQL: no bytea either).
+ALL = tuple(SCHEMA.names)
+FAST_MYSQL = tuple(n for n in ALL if n != "day")
+FAST_PG = tuple(n for n in ALL if n not in ("day", "raw"))
+
+
+def image(
+    rnd: random.Random, key: tuple[int, str], nul: bool, names: tuple[str, ...] = ALL
+) -> dict[str, Any]:
+    """A random row (Python values; each non-key column may be NULL)."""
+    out: dict[str, Any] = {"id": key[0], "tag": key[1]}
+    for c, vs in choices(nul).items():
+        if c in names:
+            out[c] = None if rnd.random() < 0.2 else rnd.choice(vs)
+    return out
+
+
+def as_json(img: dict[str, Any]) -> dict[str, Any]:
+    """A row image as change rows carry it (docs/formats.md "Values")."""
+    out = dict(img)
+    if out.get("raw") is not None:
+        out["raw"] = {"base64": base64.b64encode(out["raw"]).decode()}
+    return out
+
+
+def history(
+    seed: int, changes: int, nul: bool, names: tuple[str, ...]
+) -> list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]]:
+    """``(op, before, after)`` of a valid random history (inserts, updates, deletes,
+    re-inserts)."""
+    rnd = random.Random(seed)
+    live: dict[tuple[int, str], dict[str, Any]] = {}
+    out: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []
+    for _ in range(changes):
+        op = rnd.choice(["insert", "insert", "update", "delete"] if live else ["insert"])
+        if op == "insert":
+            key = (rnd.randrange(300), rnd.choice(["a", "b\tc", "d\\e", "f'g"]))
+            before, live[key] = live.get(key), image(rnd, key, nul, names)
+            out.append(("update" if before else "insert", before, live[key]))
+        elif op == "update":
+            key = rnd.choice(sorted(live))
+            before, live[key] = live[key], image(rnd, key, nul, names)
+            out.append(("update", before, live[key]))
+        else:
+            key = rnd.choice(sorted(live))
+            out.append(("delete", live.pop(key), None))
+    # Every value at least once, on keys of their own.
+    for i in range(40):
+        img: dict[str, Any] = {"id": 1000 + i, "tag": "z"}
+        for c, vs in choices(nul).items():
+            if c in names:
+                img[c] = None if i % 13 == 12 else vs[i % len(vs)]
+        out.append(("insert", None, img))
+    return out
+
+
+def change_rows(chunk: list[Any], first: int) -> list[dict[str, Any]]:
+    return [
+        row(op, first + i, "src", "vals",
+            None if b is None else as_json(b), None if a is None else as_json(a), pk=KEY)
+        for i, (op, b, a) in enumerate(chunk)
+    ]  # fmt: skip
+
+
+def net_table(chunk: list[Any], first: int, names: tuple[str, ...]) -> NetTable:
+    """The chunk's net effect per key, as the read path computes it."""
+    last: dict[tuple[int, str], dict[str, Any] | None] = {}
+    for _, before, after in chunk:
+        img = after if after is not None else before
+        last[(img["id"], img["tag"])] = after
+    puts = [img for img in last.values() if img is not None]
+    gone = [k for k, img in last.items() if img is None]
+    upserts = pa.Table.from_pylist(
+        [
+            {**img, "amount": None if img["amount"] is None else Decimal(img["amount"])}
+            for img in puts
+        ],
+        schema=SCHEMA,
+    )
+    removes = pa.table(
+        {"id": pa.array([k[0] for k in gone], pa.int32()), "tag": pa.array([k[1] for k in gone])}
+    )
+    return NetTable(
+        "src", "vals", "src", "vals", only(TDEF, names), names, KEY, upserts, removes,
+        Position(0, 1, 4 + first, 0),
+    )  # fmt: skip
+
+
+def run_both(
+    net: SqlSink, general: SqlSink, changes: list[Any], size: int, names: tuple[str, ...]
+) -> None:
+    net.setup()
+    general.setup()
+    for batch, start in enumerate(range(0, len(changes), size)):
+        chunk = changes[start : start + size]
+        first, last = start + 1, start + len(chunk)
+        want = general.apply_changes(change_rows(chunk, first), batch)
+        got = net.apply_net(
+            [net_table(chunk, first, names)], source="src", first_seq=first, last_seq=last,
+            batch_id=batch, shard=0,
+        )  # fmt: skip
+        assert got.checkpoints == want.checkpoints == {"src": last}
+        assert got.skipped == 0 and got.upserts + got.deletes > 0
+
+
+def count_general(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The ``delete`` flag of each write that went through the general path."""
+    calls: list[bool] = []
+    general = netwrite._Writer._general
+
+    def counted(self: Any, plan: Any, rows: Any, columns: Any, delete: bool) -> int:
+        calls.append(delete)
+        return general(self, plan, rows, columns, delete)
+
+    monkeypatch.setattr(netwrite._Writer, "_general", counted)
+    return calls
+
+
+def mysql_sink(server: MariadbSandbox, db: str, names: tuple[str, ...] = ALL) -> MysqlSink:
+    return MysqlSink(
+        MysqlSinkConfig(
+            pipeline=db,
+            connection=TargetConnection(host=server.host, port=server.port, user="root"),
+            schema=StaticSchema((only(TDEF, names),)),
+            database_map=(("src", db),),
+            checkpoint_database="hw_net_ckpt",
+            create_tables=True,
+            zero_dates="keep",
+            batch_rows=50,
+            retry=RetryPolicy(attempts=2, base_delay_s=0.01),
+        )
+    )
+
+
+def pg_sink(pg: dict[str, Any], schema: str, names: tuple[str, ...]) -> PostgresSink:
+    return PostgresSink(
+        PostgresSinkConfig(
+            pipeline=schema,
+            connection=TargetConnection(
+                host=pg["host"], port=int(pg["port"]), user=pg["user"], database=pg["dbname"]
+            ),
+            schema=StaticSchema((only(TDEF, names),)),
+            database_map=(("src", schema),),
+            create_tables=True,
+            batch_rows=50,
+            retry=RetryPolicy(attempts=2, base_delay_s=0.01),
+        )
+    )
+
+
+MYSQL_CKPT = (
+    "SELECT batch_id, max_sequence, applies FROM hw_net_ckpt.headwater_checkpoint"
+    " WHERE pipeline = '{}'"
+)
+
+
+@pytest.mark.parametrize("names", [FAST_MYSQL, ALL], ids=["bulk-text", "general"])
+def test_net_and_general_paths_leave_identical_tables_in_mariadb(
+    mariadb_target: MariadbSandbox, names: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = mariadb_target
+    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in ("hw_net", "hw_gen", "hw_net_ckpt")))
+    net, general = mysql_sink(server, "hw_net", names), mysql_sink(server, "hw_gen", names)
+    changes = history(7, 1500, nul=True, names=names)
+    general_writes = count_general(monkeypatch)
+    run_both(net, general, changes, 400, names)
+    # Which path wrote the upserts: the bulk text's, or (a DATE column) the general one.
+    assert general_writes == ([] if names == FAST_MYSQL else [False] * 4)
+    query = "SELECT * FROM {}.vals ORDER BY id, tag"
+    got, want = server.query(query.format("hw_net")), server.query(query.format("hw_gen"))
+    assert len(got) > 100
+    assert got == want
+    # Every kind of value went through (and NUL, quotes, backslashes in keys and text).
+    names = {r[8] for r in got}
+    assert {"", "nul\x00byte", "back\\slash", "quo'te\"s", "\x1a", None} <= names
+    assert {2**64 - 1} <= {r[2] for r in got} and {-(2**63)} <= {r[3] for r in got}
+    assert {b"\x00\xff", b""} <= {r[10] for r in got}
+    if "day" in names:
+        assert {dt.date(2024, 2, 29), None} <= {r[11] for r in got}
+    assert Decimal("12345678901234567890.1234567890") in {r[7] for r in got}
+    assert {r[1] for r in got} >= {"b\tc", "d\\e", "f'g"}
+    assert server.query(MYSQL_CKPT.format("hw_net")) == server.query(MYSQL_CKPT.format("hw_gen"))
+
+    # A replay of the last call, and a call behind the checkpoint, change nothing.
+    last = len(changes)
+    chunk = changes[1200:]
+    again = net.apply_net(
+        [net_table(chunk, 1201, names)], source="src", first_seq=1201, last_seq=last, batch_id=3,
+        shard=0,
+    )  # fmt: skip
+    assert (again.upserts, again.deletes, again.checkpoints) == (0, 0, {"src": last})
+    assert again.skipped > 0
+    behind = net.apply_net(
+        [net_table(changes[:400], 1, names)], source="src", first_seq=1, last_seq=400, batch_id=9,
+        shard=0,
+    )  # fmt: skip
+    assert (behind.upserts, behind.deletes) == (0, 0)
+    assert server.query(query.format("hw_net")) == got
+    assert server.query(MYSQL_CKPT.format("hw_net")) == [(3, last, 4)]
+
+
+@pytest.mark.parametrize("names", [FAST_PG, ALL], ids=["bulk-text", "general"])
+def test_net_and_general_paths_leave_identical_tables_in_postgresql(
+    postgres: dict[str, Any], names: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    net, general = pg_sink(postgres, "net", names), pg_sink(postgres, "gen", names)
+    changes = history(8, 1500, nul=False, names=names)
+    general_writes = count_general(monkeypatch)
+    run_both(net, general, changes, 400, names)
+    assert general_writes == ([] if names == FAST_PG else [False] * 4)
+    with psycopg.connect(**postgres) as conn:
+
+        def rows(schema: str) -> list[tuple[Any, ...]]:
+            return conn.execute(f"SELECT * FROM {schema}.vals ORDER BY id, tag").fetchall()
+
+        def ckpt(schema: str) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                "SELECT batch_id, max_sequence, applies FROM headwater.headwater_checkpoint"
+                " WHERE pipeline = %s",
+                (schema,),
+            ).fetchall()
+
+        got = rows("net")
+        assert len(got) > 100
+        assert got == rows("gen")
+        assert {"", "back\\slash", "quo'te\"s", "\r", "tab\there", None} <= {r[8] for r in got}
+        assert {Decimal(2**64 - 1)} <= {r[2] for r in got}
+        assert ckpt("net") == ckpt("gen") == [(3, len(changes), 4)]
+        again = net.apply_net(
+            [net_table(changes[1200:], 1201, names)], source="src", first_seq=1201,
+            last_seq=len(changes), batch_id=3, shard=0,
+        )  # fmt: skip
+        assert (again.upserts, again.deletes) == (0, 0) and again.skipped > 0
+        assert rows("net") == got and ckpt("net") == [(3, len(changes), 4)]
+
+
+def test_a_value_the_target_refuses_is_named_by_table_and_key(
+    mariadb_target: MariadbSandbox,
+) -> None:
+    server = mariadb_target
+    server.execute("DROP DATABASE IF EXISTS hw_net_bad", "DROP DATABASE IF EXISTS hw_net_ckpt")
+    sink = mysql_sink(server, "hw_net_bad", FAST_MYSQL)
+    sink.setup()
+    rnd = random.Random(3)
+    chunk: list[Any] = [
+        ("insert", None, image(rnd, (i, "a"), False, FAST_MYSQL)) for i in range(300)
+    ]
+    chunk[170] = ("insert", None, {**chunk[170][2], "name": "x" * 41})
+    with pytest.raises(SinkError) as info:
+        sink.apply_net(
+            [net_table(chunk, 1, FAST_MYSQL)],
+            source="src",
+            first_seq=1,
+            last_seq=300,
+            batch_id=1,
+            shard=0,
+        )
+    err = info.value
+    assert (err.table, err.key, err.resume_sequence) == ("src.vals", {"id": 170, "tag": "a"}, 1)
+    assert "Data too long" in str(err)
+    assert server.query("SELECT COUNT(*) FROM hw_net_bad.vals") == [(0,)]
