@@ -410,6 +410,8 @@ class _Writer:
             marker = "\x00hw_rows\x00"
             values = dialect.upsert_rendered(plan.ref, columns, plan.net.key, marker)
             statement = values.replace(f"VALUES {marker}", f"SELECT {cols} FROM {stage}")
+        if not delete and self._pg_direct(plan, rows, cols, text):
+            return
         cur.execute("SAVEPOINT hw_batch")
         try:
             cur.execute(
@@ -425,6 +427,37 @@ class _Writer:
                 raise
             cur.execute("ROLLBACK TO SAVEPOINT hw_batch")
             raise self._failed(plan, rows, columns, delete, exc, statement) from exc
+
+    def _pg_direct(self, plan: _Plan, rows: pa.Table, cols: str, text: bytes) -> bool:
+        """Upserts of keys the target cannot hold yet: ``COPY`` straight into the table
+        (PostgreSQL's own bulk load, one write of each row instead of two), when the
+        first key column is an integer and the table has no row in its range of the
+        upserts (one index probe). Under a savepoint: a unique violation all the same (a
+        concurrent writer) goes back to it and the staged upsert runs; False then."""
+        first = plan.net.key[0]
+        values = rows.column(first)
+        if not pa.types.is_integer(values.type) or values.null_count:
+            return False
+        bounds = pc.min_max(values).as_py()
+        cur, dialect = self.cur, self.dialect
+        name = dialect.ident(first)
+        cur.execute(
+            f"SELECT 1 FROM {plan.ref} WHERE {name} BETWEEN %s AND %s LIMIT 1",
+            (bounds["min"], bounds["max"]),
+        )
+        if cur.fetchone() is not None:
+            return False
+        cur.execute("SAVEPOINT hw_direct")
+        try:
+            with cur.copy(f"COPY {plan.ref} ({cols}) FROM STDIN") as copy:
+                for start in range(0, len(text), 1 << 20):
+                    copy.write(text[start : start + (1 << 20)])
+        except Exception as exc:
+            if dialect.retryable(exc) is not False:
+                raise
+            cur.execute("ROLLBACK TO SAVEPOINT hw_direct")
+            return False
+        return True
 
 
 #: Names of the temporary tables of :meth:`_Writer._pg_copy` (unique in a process).
