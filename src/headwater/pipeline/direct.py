@@ -42,13 +42,14 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from headwater.changes import ChangeRow
 from headwater.errors import ConfigError, SinkError
 from headwater.gcpause import gc_paused
 from headwater.sinks.base import as_change, pinned_schemas
@@ -57,10 +58,13 @@ from headwater.sinks.merge import ROLE_KEY, ROLE_NEW, ROLE_OLD, ChangeColumns
 from headwater.sinks.sql import SqlSink
 
 if TYPE_CHECKING:
+    import pyarrow
+
     from headwater.pipeline.config import PipelineConfig
     from headwater.spark.logaccess import HttpLog, LocalLog
     from headwater.spark.offsets import LogOffset, SourceOptions
     from headwater.spark.transforms import TransformSpec
+    from headwater.store import Record
 
 __all__ = ["DirectApply", "DirectBatch", "offset_at", "spark_shard", "xxhash64"]
 
@@ -134,6 +138,93 @@ def xxhash64(*values: str | None) -> int:
     return h - (1 << 64) if h >= 1 << 63 else h
 
 
+def xxhash64_column(keys: Any, seeds: Any) -> Any:
+    """``xxh64(key, seed)`` of every value of a string Arrow array ``keys`` with its own
+    seed (``seeds``: numpy uint64, one per value), as numpy uint64; a null key leaves its
+    seed as it is (Spark's ``xxhash64`` skips nulls). :func:`_xxh64` in numpy, a few
+    array operations per distinct key length rather than a Python loop per byte (a test
+    holds the two equal on keys of every length round the 4-, 8- and 32-byte steps)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    n = len(keys)
+    out = np.array(seeds, dtype=np.uint64, copy=True)
+    if n == 0:
+        return out
+    large = pa.types.is_large_string(keys.type) or pa.types.is_large_binary(keys.type)
+    _validity, offsets_buf, data_buf = keys.buffers()[:3]
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64 if large else np.int32)
+    offsets = offsets[keys.offset : keys.offset + n + 1].astype(np.int64)
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    )
+    lengths = np.diff(offsets)
+    valid = keys.is_valid().to_numpy(zero_copy_only=False)
+    with np.errstate(over="ignore"):
+        for length in np.unique(lengths[valid]).tolist():
+            rows = np.flatnonzero(valid & (lengths == length))
+            if length:
+                grid = data[offsets[rows][:, None] + np.arange(length, dtype=np.int64)]
+            else:
+                grid = np.zeros((len(rows), 0), dtype=np.uint8)
+            out[rows] = _xxh64_grid(grid, out[rows])
+    return out
+
+
+def _xxh64_grid(grid: Any, seed: Any) -> Any:
+    """:func:`_xxh64` of each row of a uint8 matrix (rows of one length), numpy uint64
+    arithmetic (wrapping as ``& _M64`` does)."""
+    import numpy as np
+
+    p1, p2, p3, p4, p5 = (np.uint64(p) for p in (_P1, _P2, _P3, _P4, _P5))
+
+    def rotl(x: Any, r: int) -> Any:
+        return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+    def lane(i: int, width: int) -> Any:
+        dtype = "<u8" if width == 8 else "<u4"
+        return np.ascontiguousarray(grid[:, i : i + width]).view(dtype)[:, 0].astype(np.uint64)
+
+    def rnd(acc: Any, value: Any) -> Any:
+        return rotl(acc + value * p2, 31) * p1
+
+    n = grid.shape[1]
+    i = 0
+    if n >= 32:
+        v1, v2, v3, v4 = seed + p1 + p2, seed + p2, seed.copy(), seed - p1
+        while i <= n - 32:
+            v1 = rnd(v1, lane(i, 8))
+            v2 = rnd(v2, lane(i + 8, 8))
+            v3 = rnd(v3, lane(i + 16, 8))
+            v4 = rnd(v4, lane(i + 24, 8))
+            i += 32
+        h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18)
+        for v in (v1, v2, v3, v4):
+            h = (h ^ rnd(np.zeros_like(v), v)) * p1 + p4
+    else:
+        h = seed + p5
+    h = h + np.uint64(n)
+    while i <= n - 8:
+        h = h ^ rnd(np.zeros_like(h), lane(i, 8))
+        h = rotl(h, 27) * p1 + p4
+        i += 8
+    if i <= n - 4:
+        h = h ^ (lane(i, 4) * p1)
+        h = rotl(h, 23) * p2 + p3
+        i += 4
+    while i < n:
+        h = h ^ (grid[:, i].astype(np.uint64) * p5)
+        h = rotl(h, 11) * p1
+        i += 1
+    h = h ^ (h >> np.uint64(33))
+    h = h * p2
+    h = h ^ (h >> np.uint64(29))
+    h = h * p3
+    return h ^ (h >> np.uint64(32))
+
+
 def spark_shard(database: str, table: str, key: str | None, shards: int) -> int:
     """The shard the SQL sinks' Spark glue routes a row copy to:
     ``pmod(xxhash64(database, table, key), shards)`` (Python's ``%`` is ``pmod``)."""
@@ -171,6 +262,28 @@ class DirectBatch:
     #: of which: reading and decoding the slice, and the sinks' transactions
     read_s: float = 0.0
     apply_s: float = 0.0
+
+
+#: Payload bytes of a batch's records kept in memory between counting their rows and
+#: decoding them (past it they are read twice).
+KEEP_BYTES = 64 << 20
+
+
+class _Kept:
+    """A batch's log for the decoder (:func:`~headwater.spark.partitions.read_slice`):
+    the records already read, or the log itself when they were not kept."""
+
+    def __init__(self, log: LocalLog | HttpLog, records: list[Record] | None) -> None:
+        self.fde, self.schema = log.fde, log.schema
+        self._log, self._records = log, records
+
+    def records(self, first: int, end: int) -> Iterator[Record]:
+        if self._records is None:
+            return self._log.records(first, end)
+        return (r for r in self._records if first <= r.seq < end)
+
+    def close(self) -> None:
+        """(The batch closes the log.)"""
 
 
 #: Transforms that only rename databases or tables: their row operations touch no image.
@@ -214,7 +327,6 @@ class DirectApply:
         self.sinks = list(sinks)
         self.transforms: tuple[TransformSpec, ...] = tuple(transforms)
         self.max_rows = options.direct_max_rows
-        self._log: LocalLog | HttpLog | None = None
         self._ops: list[Any] | None = None
         #: batch id -> what the driver applied (the newest 1000 batches)
         self.batches: dict[int, DirectBatch] = {}
@@ -245,22 +357,34 @@ class DirectApply:
             return None
         return begin, end
 
-    def _rows_in(self, begin: LogOffset, end: LogOffset) -> int:
-        """Rows of wanted tables in ``[begin, end)`` by the record headers (an upper
-        bound: a record's DDL and the rows of other tables of a wanted record count)."""
-        from headwater.spark.logaccess import open_log
-
-        if self._log is None:
-            self._log = open_log(self.options, decoding=False)
+    def _records(self, log: LocalLog | HttpLog, begin: LogOffset, end: LogOffset) -> _Kept | None:
+        """The records of ``[begin, end)`` read once, for the decoder, when the rows of
+        wanted tables in them are at most :attr:`max_rows` by the record headers (an
+        upper bound: a record's DDL and the rows of other tables of a wanted record
+        count); None: more (the Spark job's batch). Records past :data:`KEEP_BYTES` of
+        payload are counted, not kept: the decoder then reads them again."""
         stop = end.seq + 1 if end.row > 0 else end.seq
-        rows = 0
-        for rec in self._log.records(begin.seq, stop):
-            if self.options.tables.record_wanted(rec.tables):
-                rows += max(1, sum(n for _name, n in rec.tables))
-        return rows
+        tables = self.options.tables
+        rows = size = 0
+        kept: list[Record] | None = []
+        for rec in log.records(begin.seq, stop):
+            if not tables.record_wanted(rec.tables):
+                continue
+            rows += max(1, sum(n for _name, n in rec.tables))
+            if rows > self.max_rows:
+                return None
+            if kept is not None:
+                size += len(rec.payload)
+                kept.append(rec)
+                if size > KEEP_BYTES:
+                    kept = None
+        return _Kept(log, kept)
 
     def apply(self, batch_id: int) -> DirectBatch | None:
         """Apply batch ``batch_id`` in the driver; None: it is the Spark job's."""
+        import pyarrow.compute as pc
+
+        from headwater.spark.logaccess import open_log
         from headwater.spark.partitions import LogSlice, read_slice
 
         t0 = time.monotonic()
@@ -268,24 +392,33 @@ class DirectApply:
         if span is None:
             return None
         begin, end = span
-        if self._rows_in(begin, end) > self.max_rows:
-            return None
-        batches = list(read_slice(LogSlice(self.options, 0, begin.key(), end.key())))
-        # Rows as dicts of the columns the sinks read (all of them for row operations
-        # on images: a rule sees the whole change), not the ones only Spark would carry.
+        part = LogSlice(self.options, 0, begin.key(), end.key())
+        # The columns the sinks read (all of them for row operations on images: a rule
+        # sees the whole change), not the ones only Spark would carry; kept as Arrow
+        # columns (a Python list per column where the sinks want one, no dict per row).
         keep = None if self._edits_images() else _APPLY_COLUMNS
-        rows = [r for b in batches for r in (b if keep is None else b.select(keep)).to_pylist()]
-        out = DirectBatch(rows_in=len(rows), tables_in=_count(rows))
-        rows = self._transform(rows)
-        out.rows_out = len(rows)
-        out.tables_out = _count(rows)
-        out.newest_ts_us = max((int(r["ts_us"]) for r in rows), default=None)
+        # A log opened per batch, as an executor's task opens one: the schema history as
+        # it is now.
+        source = open_log(self.options)
+        try:
+            records = self._records(source, begin, end)
+            if records is None:
+                return None
+            table = _table(list(read_slice(part, records)), keep)
+        finally:
+            source.close()
+        out = DirectBatch(rows_in=table.num_rows, tables_in=_count(table))
+        table = self._transform_table(table)
+        out.rows_out = table.num_rows
+        out.tables_out = _count(table)
+        out.newest_ts_us = pc.max(table.column("ts_us")).as_py() if table.num_rows else None
+        segments = _segments(table)
         t1 = time.monotonic()
         out.read_s = t1 - t0
         # (the glue's scope of an apply step: no cyclic GC, one look at the schema file)
         with gc_paused(), pinned_schemas():
             for sink in self.sinks:
-                _apply_sink(sink, rows, batch_id)
+                _apply_sink(sink, segments, batch_id)
         out.seconds = time.monotonic() - t0
         out.apply_s = out.seconds - out.read_s
         self.batches[batch_id] = out
@@ -293,6 +426,34 @@ class DirectApply:
             del self.batches[gone]
         log.debug("batch %d applied in the driver: %s", batch_id, out)
         return out
+
+    def _transform_table(self, table: pyarrow.Table) -> pyarrow.Table:
+        """:meth:`_transform` of the batch's rows: renames of databases and tables on
+        each distinct name pair (their row operations read and write nothing else);
+        other transforms on the rows as dicts."""
+        import pyarrow as pa
+
+        if not self.transforms:
+            return table
+        if self._edits_images():
+            return pa.Table.from_pylist(self._transform(table.to_pylist()), schema=table.schema)
+        from headwater.spark.transforms import row_op
+
+        if self._ops is None:
+            self._ops = [row_op(spec, i) for i, spec in enumerate(self.transforms)]
+        renamed: dict[tuple[str, str], tuple[str, str]] = {}
+        for pair in set(zip(*_names(table), strict=True)):
+            change: dict[str, Any] = {"database": pair[0], "table": pair[1]}
+            for op in self._ops:
+                change = op(change)
+            renamed[pair] = (change["database"], change["table"])
+        if all(old == new for old, new in renamed.items()):
+            return table
+        pairs = list(map(renamed.__getitem__, zip(*_names(table), strict=True)))
+        for j, name in enumerate(("database", "table")):
+            column = pa.array([p[j] for p in pairs], type=pa.string())
+            table = table.set_column(table.schema.get_field_index(name), name, column)
+        return table
 
     def _edits_images(self) -> bool:
         return any(type(t).__name__ not in _NAME_ONLY for t in self.transforms)
@@ -363,17 +524,34 @@ class DirectApply:
         return out
 
     def close(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        """Nothing to release (each batch opens and closes its log)."""
 
 
-def _count(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in rows:
-        name = f"{r['database']}.{r['table']}"
-        out[name] = out.get(name, 0) + 1
-    return out
+def _table(batches: list[pyarrow.RecordBatch], keep: Sequence[str] | None) -> pyarrow.Table:
+    """The slice's record batches as one table of the ``keep`` columns (None: all)."""
+    import pyarrow as pa
+
+    from headwater.changes.schema import change_arrow_schema
+
+    if not batches:
+        schema = change_arrow_schema()
+        table = schema.empty_table()
+    else:
+        table = pa.Table.from_batches(batches)
+    return table if keep is None else table.select(list(keep))
+
+
+def _names(table: pyarrow.Table) -> tuple[list[str], list[str]]:
+    """The ``database`` and ``table`` columns as lists."""
+    return table.column("database").to_pylist(), table.column("table").to_pylist()
+
+
+def _count(table: pyarrow.Table) -> dict[str, int]:
+    """Rows per ``database.table``, in the order of each one's first row."""
+    from collections import Counter
+
+    counts = Counter(zip(*_names(table), strict=True))
+    return {f"{d}.{t}": n for (d, t), n in counts.items()}
 
 
 def _items(counts: dict[str, int]) -> list[dict[str, Any]]:
@@ -384,55 +562,144 @@ def _items(counts: dict[str, int]) -> list[dict[str, Any]]:
 _SET_UP: weakref.WeakSet[SqlSink] = weakref.WeakSet()
 
 
-def _apply_sink(sink: SqlSink, rows: list[dict[str, Any]], batch_id: int) -> None:
-    """One sink's apply of a batch's (transformed) change rows, in sequence order, DDL
+@dataclass(slots=True)
+class _Routed:
+    """The routed copies of a run of change rows without DDL (one copy per row; an
+    update of the key: the old key's delete and the new key's put), as the Spark glue
+    routes them: the sinks' columns, and each copy's ``xxhash64(database, table, key)``
+    (its shard is that ``pmod`` the sink's shard count)."""
+
+    cols: ChangeColumns
+    hashes: Any  # numpy int64, one per copy
+
+    def by_shard(self, count: int) -> dict[int, list[int]]:
+        import numpy as np
+
+        shards = np.mod(self.hashes, count)
+        if len(shards) and (shards == shards[0]).all():
+            return {int(shards[0]): list(range(len(shards)))}
+        return {int(s): np.flatnonzero(shards == s).tolist() for s in np.unique(shards)}
+
+
+#: A batch's changes for the sinks, in sequence order: runs of rows, and DDL changes.
+_Segment = _Routed | ChangeRow
+
+
+def _segments(table: pyarrow.Table) -> list[_Segment]:
+    """The batch's rows in sequence order as runs of routed rows and the DDL between
+    them (module docstring, step 5)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return []
+    sequence = table.column("sequence").to_numpy()
+    if (np.diff(sequence) < 0).any():  # (read_slice yields them in order)
+        table = table.take(pc.sort_indices(table, [("sequence", "ascending")]))
+    ddl = np.flatnonzero(
+        pc.equal(table.column("op"), "ddl").fill_null(False).to_numpy(zero_copy_only=False)
+    ).tolist()
+    out: list[_Segment] = []
+    start = 0
+    for at in [*ddl, table.num_rows]:
+        if at > start:
+            out.append(_route(table.slice(start, at - start)))
+        if at < table.num_rows:
+            row = table.slice(at, 1).to_pylist()[0]
+            out.append(as_change({c: row.get(c) for c in _DDL_COLUMNS}))
+        start = at + 1
+    return out
+
+
+#: Columns the sinks read as Python lists, and those (:func:`_pylist`) whose value is
+#: mostly one for a whole batch.
+_LIST_COLUMNS = ("source", "database", "table", "op", "sequence", "change_id",
+                 "file_num", "offset", "event_index", "after")  # fmt: skip
+_REPEATED = frozenset(("source", "database", "table", "change_id", "file_num"))
+
+
+def _route(rows: pyarrow.Table) -> _Routed:
+    """The routed copies of ``rows`` (no DDL among them), in order: each row's copy, an
+    update whose ``before_key`` is set leaving twice (old key, then new key)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    op, before_key = rows.column("op"), rows.column("before_key")
+    moved = pc.and_(pc.equal(op, "update"), pc.is_valid(before_key)).fill_null(False)
+    moves = moved.to_numpy(zero_copy_only=False).astype(np.int64)
+    n = rows.num_rows
+    copies = n + int(moves.sum())
+    role = np.full(copies, ROLE_KEY, dtype=np.int64)
+    if copies > n:
+        firsts = np.cumsum(1 + moves) - (1 + moves)  # each row's first copy
+        at = firsts[moves.astype(bool)]
+        role[at], role[at + 1] = ROLE_OLD, ROLE_NEW
+        rows = rows.take(pa.array(np.repeat(np.arange(n, dtype=np.int64), 1 + moves)))
+        key = pc.if_else(pa.array(role == ROLE_OLD), rows.column("before_key"), rows.column("key"))
+    else:
+        key = rows.column("key")
+    if isinstance(key, pa.ChunkedArray):
+        key = key.combine_chunks()
+    lists = {name: _pylist(rows.column(name), name in _REPEATED) for name in _LIST_COLUMNS}
+    roles = pa.array(role, type=pa.int32())
+    cols = ChangeColumns(
+        lists["source"], lists["database"], lists["table"], lists["op"], lists["sequence"],
+        lists["change_id"], lists["file_num"], lists["offset"], lists["event_index"],
+        key.to_pylist(), lists["after"], role.tolist(),
+        arrow=pa.table({"key": key, "op": rows.column("op"), "role": roles}),
+    )  # fmt: skip
+    # Spark's xxhash64(database, table, key): the key's hash seeded with the hash of its
+    # table's names (one per distinct pair), a null key leaving that seed.
+    prefix: dict[tuple[str, str], int] = {}
+    for pair in set(zip(cols.database, cols.table, strict=True)):
+        h = SPARK_SEED
+        for name in pair:
+            h = _xxh64(name.encode("utf-8", "surrogatepass"), h)
+        prefix[pair] = h
+    if len(prefix) == 1:
+        seeds = np.full(copies, next(iter(prefix.values())), dtype=np.uint64)
+    else:
+        seeds = np.fromiter(
+            map(prefix.__getitem__, zip(cols.database, cols.table, strict=True)),
+            dtype=np.uint64,
+            count=copies,
+        )
+    hashes = xxhash64_column(key, seeds).view(np.int64)
+    return _Routed(cols, hashes)
+
+
+def _pylist(column: Any, repeated: bool) -> list[Any]:
+    """``column`` as a Python list; a ``repeated`` one holding one value as that one
+    object repeated (as the glue's ``_pylist``)."""
+    if repeated and len(column) > 0:
+        unique = column.unique()
+        if len(unique) == 1:
+            return [unique[0].as_py()] * len(column)
+    values: list[Any] = column.to_pylist()
+    return values
+
+
+def _apply_sink(sink: SqlSink, segments: Sequence[_Segment], batch_id: int) -> None:
+    """One sink's apply of a batch's (transformed) changes, in sequence order, DDL
     between the changes before and after it (module docstring, step 5)."""
     if sink not in _SET_UP:  # (CREATE ... IF NOT EXISTS: once per sink object)
         sink.setup()
         _SET_UP.add(sink)
-    ordered = sorted(rows, key=lambda r: int(r["sequence"]))
-    pending: list[dict[str, Any]] = []
-    for row in ordered:
-        if row["op"] != "ddl":
-            pending.append(row)
-            continue
-        _apply_rows(sink, pending, batch_id)
-        pending = []
-        sink.apply_ddl(as_change({c: row.get(c) for c in _DDL_COLUMNS}), batch_id)
-    _apply_rows(sink, pending, batch_id)
-
-
-def _apply_rows(sink: SqlSink, rows: list[dict[str, Any]], batch_id: int) -> None:
-    """The shard transactions of changes without DDL, routed as the Spark glue routes
-    them (one copy per row; an update of the key: the old key's delete and the new key's
-    put). A SinkError of one shard is raised after the other shards ran, as the glue
-    raises it after every partition ran."""
-    if not rows:
-        return
-    count = sink.config.shards
-    cols = ChangeColumns([], [], [], [], [], [], [], [], [], [], [], [])
-    by_shard: dict[int, list[int]] = {}
-
-    def add(row: dict[str, Any], key: str | None, role: int) -> None:
-        i = len(cols.op)
-        for name in ("source", "database", "table", "op", "sequence", "change_id",
-                     "file_num", "offset", "event_index", "after"):  # fmt: skip
-            getattr(cols, name).append(row[name])
-        cols.key.append(key)
-        cols.role.append(role)
-        shard = spark_shard(row["database"], row["table"], key, count)
-        by_shard.setdefault(shard, []).append(i)
-
-    for row in rows:
-        if row["op"] == "update" and row.get("before_key") is not None:
-            add(row, row["before_key"], ROLE_OLD)
-            add(row, row["key"], ROLE_NEW)
+    for segment in segments:
+        if isinstance(segment, _Routed):
+            _apply_rows(sink, segment, batch_id)
         else:
-            add(row, row["key"], ROLE_KEY)
+            sink.apply_ddl(segment, batch_id)
+
+
+def _apply_rows(sink: SqlSink, routed: _Routed, batch_id: int) -> None:
+    """The shard transactions of a run of routed rows. A SinkError of one shard is
+    raised after the other shards ran, as the glue raises it after every partition ran."""
     error: BaseException | None = None
-    for shard in sorted(by_shard):
+    for shard, rows in sorted(routed.by_shard(sink.config.shards).items()):
         try:
-            result = sink.apply_columns(cols, by_shard[shard], batch_id, shard)
+            result = sink.apply_columns(routed.cols, rows, batch_id, shard)
             log.debug("batch %d: %s", batch_id, result)
         except Exception as exc:
             if not (isinstance(exc, SinkError) or is_terminal(exc)):

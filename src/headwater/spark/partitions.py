@@ -35,13 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import orjson
 from pyspark.sql.datasource import InputPartition
 
 from headwater.binlog.dump import _escape_surrogates, json_default, printable_name
-from headwater.changes import ChangeBlock, ChangeRow, decode_blocks, decode_record
+from headwater.binlog.framing import FormatDescription
+from headwater.changes import ChangeBlock, ChangeRow, SchemaLookup, decode_blocks, decode_record
 from headwater.changes.schema import CHANGE_COLUMNS, change_arrow_schema, image_json
 from headwater.changes.sequence import sequence_of
 from headwater.gcpause import gc_paused
@@ -69,6 +70,7 @@ __all__ = [
     "BATCH_ROWS",
     "LogSlice",
     "Scan",
+    "SliceLog",
     "plan_slices",
     "read_slice",
     "scan_batch",
@@ -440,17 +442,31 @@ def _block_json(
         old_key.append(None if old is None or old == new else dumps(old))
 
 
-def read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
-    """Decode one slice into Arrow record batches (runs on an executor; opens its own log).
+class SliceLog(Protocol):
+    """What decoding a slice reads: the records of a seq range, the FDE and the schema
+    history (:class:`~headwater.spark.logaccess.LocalLog`, ``HttpLog``, or the driver
+    path's records already read)."""
+
+    fde: FormatDescription | None
+    schema: SchemaLookup | None
+
+    def records(self, first: int, end: int) -> Iterator[Record]: ...
+
+    def close(self) -> None: ...
+
+
+def read_slice(part: LogSlice, log: SliceLog | None = None) -> Iterator[pyarrow.RecordBatch]:
+    """Decode one slice into Arrow record batches (runs on an executor; opens its own log,
+    unless given ``log``, which it leaves open).
 
     The cyclic GC is paused meanwhile (:mod:`headwater.gcpause`: decoding allocates a
     few dicts and strings per row and no cycles; about a quarter of the time otherwise)."""
     with gc_paused():
-        yield from _read_slice(part)
+        yield from _read_slice(part, log)
 
 
 def slice_blocks(
-    part: LogSlice, log: LocalLog | HttpLog, *, ddl: bool
+    part: LogSlice, log: SliceLog, *, ddl: bool
 ) -> Iterator[tuple[Record, ChangeBlock, int, int]]:
     """The slice's change blocks with the rows each holds of it: ``(record, block, lo,
     hi)``, rows ``[lo, hi)`` (indexes within the block, never empty) of the changes in
@@ -494,10 +510,10 @@ def slice_schema(options: SourceOptions) -> pyarrow.Schema:
     return pa.schema([f for f in schema if f.name in options.columns])
 
 
-def _read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
+def _read_slice(part: LogSlice, given: SliceLog | None) -> Iterator[pyarrow.RecordBatch]:
     options = part.options
     schema = slice_schema(options)
-    log = open_log(options)
+    log = open_log(options) if given is None else given
     try:
         rows = _Columns()
         for rec, block, lo, hi in slice_blocks(part, log, ddl=options.ddl):
@@ -511,4 +527,5 @@ def _read_slice(part: LogSlice) -> Iterator[pyarrow.RecordBatch]:
         if rows.rows:
             yield rows.batch(schema)
     finally:
-        log.close()
+        if given is None:
+            log.close()

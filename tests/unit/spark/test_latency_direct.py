@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
@@ -16,7 +17,15 @@ from pyspark.sql import SparkSession
 
 from headwater.changes.schema import change_arrow_schema
 from headwater.errors import ConfigError
-from headwater.pipeline.direct import DirectApply, DirectBatch, offset_at, spark_shard, xxhash64
+from headwater.pipeline.direct import (
+    DirectApply,
+    DirectBatch,
+    _xxh64,
+    offset_at,
+    spark_shard,
+    xxhash64,
+    xxhash64_column,
+)
 from headwater.pipeline.status import OBSERVED_IN, _observed, _observed_tables
 from headwater.position import Position
 from headwater.spark.offsets import DEFAULT_DIRECT_MAX_ROWS, LogOffset, parse_options
@@ -27,6 +36,7 @@ from headwater.spark.transforms import (
     MaskSpec,
     RenameColumnsSpec,
     RenameDatabaseSpec,
+    RenameTableSpec,
     _RowPass,
 )
 
@@ -56,6 +66,28 @@ def test_xxhash64_is_sparks_and_shards_as_the_glue_does(spark: SparkSession) -> 
         assert xxhash64(r["d"], r["t"], r["k"]) == r["h"], (r["d"], r["t"], r["k"])
         assert spark_shard(r["d"], r["t"], r["k"], 2) == r["s2"]
         assert spark_shard(r["d"], r["t"], r["k"], 5) == r["s5"]
+
+
+def test_xxhash64_column_is_the_scalar_hash() -> None:
+    """The numpy hash of a key column (direct._route's) equals :func:`_xxh64` value by
+    value: every length round the 4-, 8- and 32-byte steps, multi-byte UTF-8, nulls
+    (the seed as it is), seeds of every bit, a sliced array and a large_string one."""
+    rng = random.Random(5)
+    keys = [k for _d, _t, k in _keys()] * 2 + ["x" * n for n in range(0, 130)]
+    seeds = [rng.getrandbits(64) for _ in keys]
+    want = [s if k is None else _xxh64(k.encode(), s) for k, s in zip(keys, seeds, strict=True)]
+    arr = pa.array(keys, pa.string())
+    got = xxhash64_column(arr, np.array(seeds, dtype=np.uint64))
+    assert got.dtype == np.uint64 and got.tolist() == want
+    part = xxhash64_column(arr.slice(7, 60), np.array(seeds[7:67], dtype=np.uint64))
+    assert part.tolist() == want[7:67]
+    large = xxhash64_column(pa.array(keys, pa.large_string()), np.array(seeds, np.uint64))
+    assert large.tolist() == want
+    assert xxhash64_column(pa.array([], pa.string()), np.zeros(0, np.uint64)).tolist() == []
+    # as Spark's chained xxhash64(database, table, key): the key seeded by the names' hash
+    seed = _xxh64(b"users", _xxh64(b"shop", 42))
+    one = xxhash64_column(pa.array(['{"id": 7}']), np.array([seed], np.uint64))
+    assert int(one.view(np.int64)[0]) == xxhash64("shop", "users", '{"id": 7}')
 
 
 def test_xxhash64_of_known_values() -> None:
@@ -164,6 +196,33 @@ def test_driver_transforms_equal_the_executors_python_pass() -> None:
     assert [r["after"] for r in names_only] == [r["after"] for r in rows]
 
 
+def test_driver_renames_on_columns_equal_the_row_operations() -> None:
+    """Renames of databases and tables only (direct._transform_table: once per distinct
+    name pair) give the rows the row operations give; with image edits, the rows path."""
+    rows = [_change(i, "insert") for i in range(6)]
+    for row in rows[::2]:
+        row.update(database="crm", table="leads")
+    table = pa.Table.from_pylist(rows, schema=change_arrow_schema())
+    for specs in (
+        (RenameDatabaseSpec({"shop": "shop2"}), RenameTableSpec({"crm.leads": "other.l2"})),
+        (RenameTableSpec({"shop.users": "people"}),),
+        (RenameDatabaseSpec({"nothing": "x"}),),
+        (RenameDatabaseSpec({"shop": "s2"}), ExcludeSpec(("pw",))),
+    ):
+        want = _direct(*specs)._transform([dict(r) for r in rows])
+        got = _direct(*specs)._transform_table(table).to_pylist()
+        assert got == want, specs
+    assert [r["database"] for r in got] == ["crm", "s2"] * 3
+    assert {
+        (r["database"], r["table"])
+        for r in _direct(
+            RenameDatabaseSpec({"shop": "shop2"}), RenameTableSpec({"crm.leads": "other.l2"})
+        )
+        ._transform_table(table)
+        .to_pylist()
+    } == {("shop2", "users"), ("other", "l2")}
+
+
 def test_driver_batches_fill_the_progress_reports_spark_leaves_empty() -> None:
     direct = _direct()
     direct.batches[7] = DirectBatch(
@@ -182,19 +241,26 @@ def test_driver_batches_fill_the_progress_reports_spark_leaves_empty() -> None:
 
 
 def test_driver_routing_is_the_glues(spark: SparkSession) -> None:
-    """Each row copy's shard in the driver (direct._apply_rows: spark_shard of the copy's
-    key) is the partition the SQL sinks' Spark glue routes it to, key updates and DDL
+    """Each row copy's shard in the driver (direct._route: Spark's xxhash64 of the copy's
+    key, seeded by its table's names, in numpy) is the partition the SQL sinks' Spark
+    glue routes it to, key updates, DDL, tables of two databases and a keyless row
     included (the glue's own routing projection, run by Spark)."""
     from headwater.changes.schema import change_schema
+    from headwater.pipeline.direct import _Routed, _segments
     from headwater.sinks.glue import _part_keys, _routed
 
     rows = [_change(i, "insert") for i in range(40)]
+    for row in rows[::3]:
+        row.update(database="shop_two", table="orders")
+    rows[5]["key"] = None
     moved = _change(40)
     moved["before_key"] = '{"id": 4000}'
     ddl = _change(41, "ddl")
     ddl.update(key=None, before=None, after=None, sql="ALTER TABLE users ADD c INT")
-    rows += [moved, ddl]
+    rows += [moved, ddl, _change(42, "delete")]
     df = spark.createDataFrame(rows, change_schema())
+    segments = _segments(pa.Table.from_pylist(rows, schema=change_arrow_schema()))
+    assert [type(s) is _Routed for s in segments] == [True, False, True]
     for count in (2, 3):
         keys = _part_keys(spark, count)
         got = sorted(
@@ -211,7 +277,15 @@ def test_driver_routing_is_the_glues(spark: SparkSession) -> None:
                         (r["sequence"], role, key, spark_shard("shop", "users", key, count))
                     )
             else:
-                want.append(
-                    (r["sequence"], 0, r["key"], spark_shard("shop", "users", r["key"], count))
-                )
+                shard = spark_shard(r["database"], r["table"], r["key"], count)
+                want.append((r["sequence"], 0, r["key"], shard))
         assert got == sorted(want)
+        driver = []
+        for segment in segments:
+            if not isinstance(segment, _Routed):
+                driver += [(segment.sequence, 0, None, s) for s in range(count)]
+                continue
+            c = segment.cols
+            for shard, copies in segment.by_shard(count).items():
+                driver += [(c.sequence[i], c.role[i], c.key[i], shard) for i in copies]
+        assert sorted(driver) == got
