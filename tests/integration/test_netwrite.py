@@ -22,6 +22,7 @@ from headwater.position import Position
 from headwater.sandbox import MariadbSandbox
 from headwater.schema.model import TableDef
 from headwater.sinks import RetryPolicy, StaticSchema, netwrite
+from headwater.sinks.base import DdlMode
 from headwater.sinks.mysql import MysqlSink, MysqlSinkConfig
 from headwater.sinks.netwrite import NetTable
 from headwater.sinks.postgres import PostgresSink, PostgresSinkConfig
@@ -356,3 +357,30 @@ def test_a_value_the_target_refuses_is_named_by_table_and_key(
     assert (err.table, err.key, err.resume_sequence) == ("src.vals", {"id": 170, "tag": "a"}, 1)
     assert "Data too long" in str(err)
     assert server.query("SELECT COUNT(*) FROM hw_net_bad.vals") == [(0,)]
+
+
+def test_ddl_ignore_writes_only_the_columns_the_target_has(
+    mariadb_target: MariadbSandbox,
+) -> None:
+    server = mariadb_target
+    dbs = ("hw_net_ign", "hw_gen_ign", "hw_net_ckpt")
+    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
+    for db in dbs[:2]:  # the target's table lacks ``body`` and ``neg``
+        server.execute(
+            f"CREATE DATABASE {db}",
+            f"CREATE TABLE {db}.vals (id INT NOT NULL, tag VARCHAR(8) NOT NULL,"
+            " big BIGINT UNSIGNED, small TINYINT, dbl DOUBLE, flt FLOAT,"
+            " amount DECIMAL(30,10), name VARCHAR(40), raw VARBINARY(16),"
+            " PRIMARY KEY (id, tag))",
+        )
+
+    def sink(db: str) -> MysqlSink:
+        base = mysql_sink(server, db, FAST_MYSQL)
+        return MysqlSink(dataclasses.replace(base.config, ddl=DdlMode.IGNORE, create_tables=False))
+
+    changes = history(9, 600, nul=False, names=FAST_MYSQL)
+    run_both(sink("hw_net_ign"), sink("hw_gen_ign"), changes, 300, FAST_MYSQL)
+    query = "SELECT * FROM {}.vals ORDER BY id, tag"
+    got = server.query(query.format("hw_net_ign"))
+    assert len(got) > 50 and len(got[0]) == 9
+    assert got == server.query(query.format("hw_gen_ign"))
