@@ -10,6 +10,8 @@ INSERTs and an UPDATE of ``typed``, then ``acct`` transactions. Read with
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +196,75 @@ def test_filtered_tail_is_due_after_its_interval_and_rescans_only_new_records(
     finally:
         changelog.close()
         log.close()
+
+
+def test_idle_waits_lengthen_after_a_while_and_new_records_end_one_at_once(
+    captured: Captured, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``latestOffset`` of an idle stream (module docstring of headwater.spark.source,
+    "Idle"), in this process on a real task directory, its times shortened: short waits
+    first, long ones once the stream has been idle a while; a wanted record appended
+    during a long wait ends it (the store's head watch), and the wait after data is a
+    short one again."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from headwater.spark import source
+
+    monkeypatch.setattr(source, "IDLE_WAIT_S", 0.1)
+    monkeypatch.setattr(source, "IDLE_WAIT_MAX_S", 0.5)
+    monkeypatch.setattr(source, "IDLE_LONG_AFTER_S", 0.25)
+    _first, end = layout(captured)
+    log = copy_task(captured, tmp_path / TASK, end)
+    options = parse_options({"path": str(tmp_path / TASK), "tables": f"{DB}.acct"})
+    reader = source.HeadwaterStreamReader(options)
+    start = LogOffset(end + 1).to_dict()
+
+    def timed(begin: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        t0 = time.monotonic()
+        answer = reader.latestOffset(begin, ReadAllAvailable())
+        return time.monotonic() - t0, answer
+
+    try:
+        waits = []
+        for _ in range(5):
+            took, answer = timed(start)
+            assert answer == start
+            waits.append(took)
+        # 0.1 s waits until 0.25 s of "nothing new" (the third ends at 0.3), then 0.5 s
+        for took, nominal in zip(waits, (0.1, 0.1, 0.1, 0.5, 0.5), strict=True):
+            assert nominal - 0.03 <= took < nominal + 0.25, waits
+        timer = threading.Timer(0.1, append, (log, captured.records[end : end + 1]))
+        timer.start()
+        took, answer = timed(start)  # a 0.5 s wait, ended by the acct transaction
+        timer.join()
+        assert LogOffset.from_dict(answer).seq == end + 2
+        assert took < 0.4, took
+        took, again = timed(answer)
+        assert again == answer
+        assert 0.07 <= took < 0.35, took  # a short wait again
+    finally:
+        reader.stop()
+        log.close()
+
+
+def test_an_idle_query_stops_without_waiting_out_its_idle_wait(
+    hw: Any, captured: Captured, tmp_path: Path
+) -> None:
+    """After 5 idle seconds ``latestOffset`` waits IDLE_WAIT_MAX_S (4 s) in the source's
+    Python process; ``query.stop()`` interrupts the stream thread's read from it instead
+    of waiting for the answer."""
+    first, _end = layout(captured)
+    log = copy_task(captured, tmp_path / TASK, first)
+    recorder = Recorder()
+    query = start(hw, tmp_path / TASK, tmp_path / "checkpoint", recorder)
+    try:
+        query.processAllAvailable()
+        time.sleep(6.0)  # 0.5 s waits for about 5 s, then a 4 s one (until about 9 s)
+    finally:
+        t0 = time.monotonic()
+        query.stop()
+        stopped = time.monotonic() - t0
+        log.close()
+    assert not query.isActive
+    assert len(recorder.batches) == 1
+    assert stopped < 1.5, f"stop took {stopped:.2f} s"

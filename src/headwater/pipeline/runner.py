@@ -114,6 +114,8 @@ class _ForEachBatch:
         self.batch_end_s: float | None = None
         #: batch id -> when every sink had committed it (the heartbeat lag of log sources)
         self.committed: dict[int, float] = {}
+        #: the newest batch id committed (-1: none yet)
+        self.last_committed = -1
 
     @property
     def newest_ts_us(self) -> int | None:
@@ -136,6 +138,7 @@ class _ForEachBatch:
         with self.lock:
             self.batch_end_s = time.time()
             self.committed[batch_id] = self.batch_end_s
+            self.last_committed = max(self.last_committed, batch_id)
             for gone in [b for b in self.committed if b < batch_id - 1000]:
                 del self.committed[gone]
 
@@ -182,9 +185,51 @@ OBSERVED_SIGNALS = "headwater_signals"
 RESNAPSHOT_BATCH_BASE = 200_000_000_000
 
 
-def _signal_batches(query: StreamingQuery, seen: int) -> tuple[list[tuple[int, int]], int]:
+#: How often the runner's loop looks at its stop event and at the query's end (Python
+#: events: no call into the JVM).
+POLL_S = 0.2
+
+
+def _watch(query: StreamingQuery) -> threading.Event:
+    """An event set when ``query`` has ended (stopped or failed): a daemon thread waits in
+    ``awaitTermination()``, one blocked Py4J call instead of one every poll."""
+    ended = threading.Event()
+
+    def wait() -> None:
+        try:
+            query.awaitTermination()
+        except Exception:  # the query failed: run() reads query.exception()
+            pass
+        finally:
+            ended.set()
+
+    threading.Thread(target=wait, name="headwater-query-watch", daemon=True).start()
+    return ended
+
+
+def _in_batch(status: Any) -> bool:
+    """Whether a query's status says a trigger runs that is past getting its offsets."""
+    if not status.get("isTriggerActive", False):
+        return False
+    return not str(status.get("message", "")).startswith("Getting offsets from")
+
+
+def _reported_through(reports: Any) -> int:
+    """The newest batch id whose own report is among ``reports`` (an idle query reports
+    under the id of the batch it has yet to run: that id's report is still to come)."""
+    newest = -1
+    for p in reports or ():
+        batch = int(p.get("batchId", -1))
+        newest = max(newest, batch if p.get("numInputRows") else batch - 1)
+    return newest
+
+
+def _signal_batches(
+    query: StreamingQuery | list[Any], seen: int
+) -> tuple[list[tuple[int, int]], int]:
     """Sequence ranges ``[lo, hi)`` of finished batches after ``seen`` whose observed
-    signal count is positive, and the newest batch id looked at.
+    signal count is positive, and the newest batch id looked at (``query``: the query, or
+    its ``recentProgress`` fetched already).
 
     Only reports of batches that read rows count: a query waiting for data reports its
     progress under the id of the batch it has yet to run, so taking that id as seen hid
@@ -193,7 +238,7 @@ def _signal_batches(query: StreamingQuery, seen: int) -> tuple[list[tuple[int, i
 
     out: list[tuple[int, int]] = []
     newest = seen
-    for p in query.recentProgress:
+    for p in query if isinstance(query, list) else query.recentProgress:
         batch = int(p.get("batchId", -1))
         if batch <= seen or not p.get("numInputRows"):
             continue
@@ -341,18 +386,34 @@ class PipelineRunner:
         last_line = time.monotonic()
         last_batch = -1
         seen_batch = -1
+        # Polling (issue #17, an idle pipeline's CPU): every call on the query is a Py4J
+        # round trip, and recentProgress is one per report kept (up to 100, each turned
+        # into JSON in the JVM and parsed here). The loop waits on Python events only: a
+        # thread blocked in awaitTermination() says when the query ended, and the query's
+        # reports are fetched only when a batch committed since they were last fetched.
+        done = _watch(query)
+        status_through = signals_through = -1  # batches whose reports were fetched
         try:
-            while query.isActive:
+            while not done.is_set():
                 if stop.is_set():
                     self._stop_after_batch(query, stop_timeout)
                     break
-                query.awaitTermination(0.2)  # type: ignore[arg-type]  # seconds, float ok
+                stop.wait(POLL_S)
+                committed = self.writer.last_committed
                 if time.monotonic() - last_line >= self.config.progress_s:
                     last_batch = self._progress_line(query, out, last_batch)
-                    self.status.tick(self._recent(query), self.writer.newest_ts_us)
+                    if committed > status_through:
+                        reports = self._recent(query)
+                        status_through = _reported_through(reports)
+                    else:  # no batch since: the last report says whether it is idle
+                        last = self.writer.patched(query.lastProgress)
+                        reports = [last] if last else []
+                    self.status.tick(reports, self.writer.newest_ts_us)
                     last_line = time.monotonic()
-                if self.config.snapshot is not None:
-                    signalled, seen_batch = _signal_batches(query, seen_batch)
+                if self.config.snapshot is not None and committed > signals_through:
+                    recent = query.recentProgress
+                    signals_through = _reported_through(recent)
+                    signalled, seen_batch = _signal_batches(recent, seen_batch)
                     if signalled:
                         _write_pending(self._pending_path, signalled)
                         self._stop_after_batch(query, stop_timeout)
@@ -361,6 +422,7 @@ class PipelineRunner:
                         if stop.is_set():
                             return 0
                         query = self.start(available_now=available_now)
+                        done = _watch(query)
             error = query.exception()
             if error is not None:
                 raise error
@@ -487,8 +549,12 @@ class PipelineRunner:
         return result
 
     def _stop_after_batch(self, query: StreamingQuery, timeout: float) -> None:
+        """Stop ``query`` once its running batch is done. A trigger that is only getting
+        offsets (Spark's status message "Getting offsets from ...") is an idle source's
+        wait (headwater.spark.source, "Idle": up to 4 s), not a batch: it is stopped at
+        once (``query.stop()`` interrupts it; its offsets are not written yet)."""
         deadline = time.monotonic() + timeout
-        while query.isActive and query.status.get("isTriggerActive", False):
+        while query.isActive and _in_batch(query.status):
             if time.monotonic() > deadline:
                 log.warning("the running batch did not end in %.0f s; stopping anyway", timeout)
                 break

@@ -49,13 +49,22 @@ remembers how far it got, so a poll reads only the records appended since the la
 Trigger.AvailableNow reads to its fixed end as before.
 
 An idle stream is also polled less: Spark asks ``latestOffset`` again 10 ms after each
-"nothing new", each time a round trip from the JVM to the source's Python process (about
-1.5 ms of CPU in all on this machine, 100 times a second). ``latestOffset`` waits up to
-``IDLE_WAIT_S`` (0.5 s) for the log to grow before it says so, and returns as soon as it
-does: on a task directory it sleeps on the store's inotify watch of the head file (the
-writer's acknowledgements wake it), over HTTP it looks every ``IDLE_CHECK_S`` (20 ms).
-New records wait no longer than before, and Spark asks twice a second.
-``reportLatestOffset`` reuses the end ``latestOffset`` just saw.
+"nothing new" (``spark.sql.streaming.pollingDelay``), each time a round trip from the JVM
+to the source's Python process (about 1.5 ms of CPU in all on this machine, 100 times a
+second). ``latestOffset`` waits for the log to grow before it says so, and returns as soon
+as it does: on a task directory it sleeps on the store's inotify watch of the head file
+(the writer's acknowledgements wake it), over HTTP it looks every ``IDLE_CHECK_S`` (20
+ms). New records wait no longer than before. The first wait after data is ``IDLE_WAIT_S``
+(0.5 s); once the stream has had no new data for ``IDLE_LONG_AFTER_S`` (5 s), each wait
+is ``IDLE_WAIT_MAX_S`` (4 s), so an idle stream costs one round trip (about 3 ms of CPU
+with its ``reportLatestOffset``, JVM and Python, measured at load 5) every 4 s instead
+of two a second (``bench/idle.py``). The short waits first keep ``processAllAvailable``
+(which returns at the end of the first wait that finds nothing) quick in tests and
+tools that call it right after a batch. ``reportLatestOffset`` reuses the end
+``latestOffset`` just saw. Stopping the query does not wait for an idle wait to end:
+``query.stop()`` interrupts the stream thread, and its read from the source's process
+gives up (measured by ``tests/integration/test_spark_source_idle.py``); the pipeline
+runner stops a query whose trigger is only getting offsets at once.
 """
 
 from __future__ import annotations
@@ -93,12 +102,18 @@ if TYPE_CHECKING:
 #: that there are none, and how often it looks meanwhile (module docstring, "Idle").
 IDLE_WAIT_S = 0.5
 IDLE_CHECK_S = 0.02
+#: The idle wait once the stream has had no new data for IDLE_LONG_AFTER_S.
+IDLE_WAIT_MAX_S = 4.0
+IDLE_LONG_AFTER_S = 5.0
 #: New records after an idle stream that show a burst landing (module docstring,
 #: "Bursts"); fewer are a live workload's commits, and the batch is cut at once.
 BURST_RECORDS = 64
 
 __all__ = [
     "BURST_RECORDS",
+    "IDLE_LONG_AFTER_S",
+    "IDLE_WAIT_MAX_S",
+    "IDLE_WAIT_S",
     "BurstGate",
     "FilteredTail",
     "HeadwaterDataSource",
@@ -290,6 +305,7 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
         self._gate = _gate(options)
         self._tail = _tail(options)
         self._end: tuple[int, Position | None] | None = None  # the log's end, last seen
+        self._idle_since: float | None = None  # when "nothing new" began (docstring, "Idle")
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_log": None}
@@ -301,6 +317,7 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
         self._gate = _gate(self.options)
         self._tail = _tail(self.options)
         self._end = None
+        self._idle_since = None
 
     def initialOffset(self) -> dict[str, Any]:
         return LogOffset(self.log().resolve(self.options.starting)).to_dict()
@@ -317,10 +334,15 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
         log.info("availableNow: reading up to seq %d", self._target)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        deadline = time.monotonic() + IDLE_WAIT_S
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        long = now - self._idle_since >= IDLE_LONG_AFTER_S
+        deadline = now + (IDLE_WAIT_MAX_S if long else IDLE_WAIT_S)
         while True:
             answer = self._latest(start, limit)
             if answer is not None:
+                self._idle_since = None
                 return answer
             if self._target is not None:  # availableNow: nothing will come; end now
                 return start

@@ -45,3 +45,24 @@ def test_an_idle_report_does_not_hide_the_batch_that_runs_under_its_id() -> None
     ran = SimpleNamespace(recentProgress=[report(3, 0, None, 11, 11), report(3, 52, 1, 11, 30)])
     ranges, seen = _signal_batches(ran, seen)  # type: ignore[arg-type]
     assert ranges == [(11 << 24, (30 << 24) | 2)] and seen == 3
+
+
+def test_reported_through_counts_an_idle_report_as_the_batch_before_it() -> None:
+    from headwater.pipeline.runner import _reported_through
+
+    assert _reported_through([]) == -1
+    ran = {"batchId": 4, "numInputRows": 10}
+    waiting = {"batchId": 5, "numInputRows": 0}  # the idle query's report of batch 5
+    assert _reported_through([ran]) == 4
+    assert _reported_through([ran, waiting]) == 4
+    assert _reported_through([ran, waiting, {"batchId": 5, "numInputRows": 3}]) == 5
+    assert _reported_through([{"batchId": 6, "numInputRows": 0}]) == 5
+
+
+def test_a_trigger_getting_offsets_is_not_a_batch_to_wait_for() -> None:
+    from headwater.pipeline.runner import _in_batch
+
+    getting = "Getting offsets from PythonMicroBatchStream"
+    assert not _in_batch({"isTriggerActive": False, "message": "Waiting for data to arrive"})
+    assert not _in_batch({"isTriggerActive": True, "message": getting})
+    assert _in_batch({"isTriggerActive": True, "message": "Processing new data"})
