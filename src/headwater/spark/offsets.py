@@ -81,6 +81,7 @@ DEFAULT_IDLE_ADVANCE_MS = 60_000
 DEFAULT_DIRECT_MAX_ROWS = 25_000
 
 _KNOWN = {
+    "netapply",
     "server",
     "task",
     "path",
@@ -178,6 +179,10 @@ class SourceOptions:
     idle_advance_ms: int = DEFAULT_IDLE_ADVANCE_MS
     direct_max_rows: int = DEFAULT_DIRECT_MAX_ROWS
     columns: tuple[str, ...] | None = None
+    #: ``netApply``: a pipeline micro-batch over ``driverApplyMaxRows`` whose tables and
+    #: transforms allow it applies each key's last write, read key-first
+    #: (:mod:`headwater.pipeline.netapply`); false: never. The source itself ignores it.
+    net_apply: bool = True
 
     @property
     def source_name(self) -> str:
@@ -453,6 +458,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         idle_advance_ms=_not_negative(opts, "idleAdvanceMs", DEFAULT_IDLE_ADVANCE_MS),
         direct_max_rows=_not_negative(opts, "driverApplyMaxRows", DEFAULT_DIRECT_MAX_ROWS),
         columns=_columns(opts.get("columns")),
+        net_apply=_bool(opts, "netApply", True),
     )
 
 

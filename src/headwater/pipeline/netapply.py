@@ -1,0 +1,623 @@
+"""Large micro-batches applied as their net effect, read key-first (issue #17, throughput).
+
+The Spark path of a micro-batch moves every change row from the log through Arrow into
+the JVM, a shuffle, back to Python, where the SQL sinks collapse it per key
+(:mod:`headwater.sinks.merge`) into the key's last write. This module computes that last
+write directly, the way the replay does (:mod:`headwater.spark.asofscan`): a key pass in C
+that reads only the key columns' bytes of each row image and keeps each key's last write
+(``_native/lastwrite.c``), then a decode of the surviving after images only, straight
+into typed Arrow (``_native/survivors.c``). A key's last write in the batch's range is a
+put (upsert its after image: FULL row images) or a remove (a delete, or the old key of a
+key-changing update not put again); applying those gives the state the sinks' collapse
+gives. Each table's net effect is a :class:`~headwater.sinks.netwrite.NetTable`, applied
+by :meth:`SqlSink.apply_net` in the shard's exactly-once transaction.
+
+The Spark job: ``spark.range(n, numPartitions=n).mapInArrow`` for a sink of ``n`` shards;
+task ``k`` opens the log itself (:func:`~headwater.spark.logaccess.open_log`, as the
+replay's tasks do: it works on a cluster), walks the range once and keeps the keys the
+SQL sinks' glue routes to shard ``k`` (``pmod(xxhash64(database, table, key), n)`` over
+the post-transform names and the change row's ``key`` text, rendered in C exactly as the
+change rows carry it; tests/unit/test_netapply_native.py holds it equal to
+:func:`headwater.pipeline.direct.spark_shard`). The routing is the glue's, and the sink
+skips a shard whose checkpoint already holds the batch (``max_sequence >= first``, one
+transaction per shard per batch, then ``max_sequence = last``), so a batch replayed after
+a crash may take either path, shard by shard.
+
+Which batches: :class:`NetApply` takes a batch the driver path does not (over
+``driverApplyMaxRows``) when the pipeline allows it (:func:`unsupported`: SQL sinks only,
+the ``headwater`` source, no snapshot signals, transforms that only rename or
+include/exclude, ``netApply`` not false), the batch's offsets start and end at record
+boundaries, and every table it touches has one schema version in the range, a primary
+key that :func:`~headwater.spark.asofscan.key_scan_kinds` admits and columns the typed
+read carries (checked in the driver from the record headers and the schema history).
+What only the bytes tell is checked by the tasks before they apply anything: a DDL
+statement in the range, an image that is not FULL, a key text the decoder keeps as
+surrogate escapes, a value that does not convert exactly into its Arrow type. A task that
+finds one reports it as data (:class:`NetRefused`); the driver then runs the existing path
+for the whole batch, whose per-shard checkpoints skip the shards another task applied.
+All these depend on the range and the configuration only, so a replay decides alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+import warnings
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from headwater.changes.sequence import ROW_BITS, ROW_LIMIT
+from headwater.errors import ConfigError, SinkError, TruncatedError
+from headwater.gcpause import gc_paused
+from headwater.pipeline.direct import DirectBatch, offset_at
+from headwater.sinks.base import pinned_schemas
+from headwater.sinks.failfast import is_terminal
+from headwater.sinks.sql import SqlSink
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from headwater.pipeline.config import PipelineConfig
+    from headwater.schema.model import TableDef
+    from headwater.sinks.netwrite import NetTable
+    from headwater.spark.offsets import SourceOptions
+    from headwater.spark.transforms import TransformSpec
+
+__all__ = ["NetApply", "NetPlan", "NetRefused", "net_tables", "unsupported"]
+
+log = logging.getLogger(__name__)
+
+#: Transforms the net path applies (names only: they touch no value).
+_ALLOWED = ("RenameDatabaseSpec", "RenameTableSpec", "RenameColumnsSpec", "IncludeSpec",
+            "ExcludeSpec")  # fmt: skip
+_QUERY = (2, 165)  # QUERY_EVENT, MariaDB's QUERY_COMPRESSED_EVENT (binlog/constants.py)
+_TABLE_MAP = 19
+_PARTIAL_UPDATE_ROWS = 39  # MySQL PARTIAL_UPDATE_ROWS_EVENT: JSON diffs, not a full image
+
+
+class NetRefused(Exception):
+    """The range holds something the net path does not apply exactly (the reason): the
+    batch takes the existing path."""
+
+
+def unsupported(config: PipelineConfig, sinks: Sequence[Any], options: SourceOptions) -> str | None:
+    """Why ``config`` cannot take the net path (None: it can)."""
+    if not options.net_apply:
+        return "netApply is false"
+    if config.source.logs is not None:
+        return "a log-file source"
+    if config.snapshot is not None:
+        return "snapshot signals are counted by the Spark job"
+    other = [type(t).__name__ for t in config.transforms if type(t).__name__ not in _ALLOWED]
+    if other:
+        return f"a {other[0]} transform"
+    if not sinks or not all(isinstance(s, SqlSink) for s in sinks):
+        return "a sink that is not a SQL sink"
+    return None
+
+
+# --- names after the transforms ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A source table as the transforms leave it: names and the columns kept."""
+
+    database: str
+    table: str
+    #: (index in the source definition, target name) of each column kept, in table order
+    columns: tuple[tuple[int, str], ...]
+    #: the primary key's target names, in key order (the ``key`` image's names)
+    key: tuple[str, ...]
+
+
+def target_of(specs: Sequence[TransformSpec], definition: TableDef) -> Target:
+    """``definition`` through the name-only transforms ``specs``, as
+    :class:`~headwater.spark.transforms.TransformedSchema` edits a definition and the row
+    operations edit a change: renames of databases, tables and columns (the key image
+    follows column renames), include/exclude of columns (refused when it would leave a
+    key column out of the after image)."""
+    from headwater.spark.transforms import (
+        ExcludeSpec,
+        IncludeSpec,
+        RenameColumnsSpec,
+        RenameDatabaseSpec,
+        RenameTableSpec,
+        _Tables,
+    )
+
+    db, table = definition.database, definition.table
+    columns = [(i, c.name) for i, c in enumerate(definition.columns)]
+    key = list(definition.primary_key)
+    for spec in specs:
+        if isinstance(spec, RenameDatabaseSpec):
+            db = spec.mapping.get(db, db)
+            continue
+        if isinstance(spec, RenameTableSpec):
+            new = spec.mapping.get(f"{db}.{table}")
+            if new is not None:
+                to_db, _, table = new.rpartition(".")
+                db = to_db or db
+            continue
+        if spec.tables and not _Tables(spec.tables)({"database": db, "table": table}):
+            continue
+        if isinstance(spec, (IncludeSpec, ExcludeSpec)):
+            # The row operations drop an excluded key column from the after image (not from
+            # the key image), which the sinks' view keeps: not applied here.
+            dropped = [k for k in key if (k in spec.columns) != isinstance(spec, IncludeSpec)]
+            if dropped:
+                raise NetRefused(f"key column {dropped[0]!r} left out of the images")
+            keep = isinstance(spec, IncludeSpec)
+            columns = [(i, n) for i, n in columns if (n in spec.columns) == keep]
+        elif isinstance(spec, RenameColumnsSpec):
+            m = spec.mapping
+            columns = [(i, m.get(n, n)) for i, n in columns]
+            key = [m.get(k, k) for k in key]
+        else:
+            raise NetRefused(f"a {type(spec).__name__} transform")
+    return Target(db, table, tuple(columns), tuple(key))
+
+
+# --- what a task computes ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NetPlan:
+    """What every task of one batch's net apply needs (picklable; no open handle)."""
+
+    options: SourceOptions
+    #: the batch's records: ``[first_seq, end_seq)``
+    first_seq: int
+    end_seq: int
+    transforms: tuple[TransformSpec, ...]
+    shards: int
+    batch_id: int
+
+    @property
+    def first_sequence(self) -> int:
+        """The lowest change sequence the range can hold (``ChangeColumns.sequence``)."""
+        return self.first_seq << ROW_BITS
+
+    @property
+    def last_sequence(self) -> int:
+        """The highest change sequence the range can hold: every change row of the batch
+        is at or below it, every later batch's above it."""
+        return ((self.end_seq - 1) << ROW_BITS) | (ROW_LIMIT - 1)
+
+
+@dataclass(slots=True)
+class NetRead:
+    """A task's read of the range for one shard: its tables and the batch's figures
+    (the same in every task: each walks the whole range)."""
+
+    tables: list[NetTable]
+    #: change rows per source ``db.table`` and per target ``db.table``
+    tables_in: dict[str, int] = field(default_factory=dict)
+    tables_out: dict[str, int] = field(default_factory=dict)
+    newest_ts_us: int | None = None
+
+
+class _State:
+    """One table's walk: its definition, target names, scanner and events."""
+
+    def __init__(self, plan: NetPlan, shard: int, definition: TableDef, version: int,
+                 log: Any) -> None:  # fmt: skip
+        from headwater._native._lastwrite import Scanner
+        from headwater.spark.asofread import read_spec
+        from headwater.spark.asofscan import ScanSpec, _Walker, key_scan_kinds
+
+        name = f"{definition.database}.{definition.table}"
+        if not key_scan_kinds([definition]):
+            raise NetRefused(f"{name}: no primary key the key-first read reads")
+        columns = read_spec(name, definition, (), ((version, len(definition.columns)),)).columns
+        if not all(c.fast is not None for c in columns):
+            raise NetRefused(f"{name}: a column the typed read does not carry")
+        self.definition = definition
+        self.target = target_of(plan.transforms, definition)
+        self.spec = ScanSpec(
+            name, plan.options, plan.first_seq, plan.end_seq, columns,
+            definition.primary_key, ((version, len(definition.columns)),), plan.shards,
+        )  # fmt: skip
+        self.walker = _Walker(self.spec, log)
+        by_name = {c.name: c for c in definition.columns}
+        ascii_only = tuple(by_name[k].charset == "ascii" for k in definition.primary_key)
+        self.scanner = Scanner(1, 0)
+        try:
+            self.scanner.route(self.target.database, self.target.table, self.target.key,
+                               ascii_only, plan.shards, shard)  # fmt: skip
+        except UnicodeError:
+            raise NetRefused(f"{name}: a name that is not UTF-8") from None
+        self.events: list[Any] = []
+        self.counts: list[int] = []
+        #: _Table per TABLE_MAP object seen
+        self.tables: dict[int, tuple[Any, Any]] = {}
+
+    def add(self, code: int, body: Any, tm: Any, rec: Any, size: int, log: Any) -> None:
+        from headwater.spark.asofscan import _Table
+
+        hit = self.tables.get(id(tm))
+        if hit is None or hit[0] is not tm:
+            columns = log.schema.columns_for(tm, rec.position) if log.schema else None
+            hit = self.tables[id(tm)] = (tm, _Table(self.spec, tm, columns))
+        try:
+            event = self.walker._event(code, body, hit[1], rec,
+                                       len(self.definition.columns), size)  # fmt: skip
+            self.counts.append(event.scan(self.scanner, len(self.counts)))
+        except ConfigError as exc:  # a MINIMAL/NOBLOB image, a key column missing
+            raise NetRefused(str(exc)) from None
+        except TruncatedError as exc:
+            if str(exc).startswith("unroutable key"):
+                raise NetRefused(f"{self.spec.table}: {exc}") from None
+            raise
+        self.events.append(event)
+
+    def net_table(self, position: Any) -> NetTable:
+        import pyarrow as pa
+
+        from headwater.sinks.netwrite import NetTable
+
+        target = self.target
+        parts = list(self.walker.survivors(self.scanner, self.counts, self.events))
+        schema = self.spec.arrow_schema()
+        physical = pa.concat_tables(parts) if parts else schema.empty_table()
+        for c in self.spec.columns:
+            if physical.column(f"_t{c.index}").null_count != physical.num_rows:
+                raise NetRefused(
+                    f"{self.spec.table}.{c.name}: a value that does not convert to {c.fast} exactly"
+                )
+        upserts = pa.table(
+            {name: physical.column(f"_v{i}").combine_chunks() for i, name in target.columns}
+        )
+        return NetTable(
+            database=target.database,
+            table=target.table,
+            source_database=self.definition.database,
+            source_table=self.definition.table,
+            definition=self.definition,
+            columns=tuple(name for _i, name in target.columns),
+            key=target.key,
+            upserts=upserts,
+            removes=self._removes(),
+            position=position,
+        )
+
+    def _removes(self) -> pa.Table:
+        import pyarrow as pa
+
+        count, columns = self.scanner.removes()
+        fast = {c.name: c.fast for c in self.spec.columns}
+        by_name = {c.name: c for c in self.definition.columns}
+        arrays = []
+        for j, name in enumerate(self.definition.primary_key):
+            kind = fast[name]
+            assert kind is not None
+            if not columns:
+                arrays.append(pa.array([], kind))
+                continue
+            raw = columns[j]
+            if isinstance(raw, tuple):
+                offsets, data = raw
+                array = pa.Array.from_buffers(
+                    pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+                )
+            else:
+                ints = pa.uint64() if by_name[name].unsigned else pa.int64()
+                array = pa.Array.from_buffers(ints, count, [None, pa.py_buffer(raw)])
+            arrays.append(array.cast(kind))
+        return pa.table(arrays, names=list(self.target.key))
+
+
+def net_tables(plan: NetPlan, shard: int, log: Any) -> NetRead:
+    """The net effect of ``plan``'s range on the keys of ``shard`` (raises
+    :class:`NetRefused`). One walk of the range: every wanted table's rows events go
+    through its key pass; then each table's survivors are decoded."""
+    from headwater.binlog.events import DecodeContext, QueryEvent, parse_event
+    from headwater.binlog.rows import ROWS_EVENT_TYPES, rows_event_table_id
+    from headwater.changes import is_ddl, iter_payload_events
+
+    want = plan.options.tables
+    schema = log.schema
+    if schema is None:
+        raise NetRefused("no schema history")
+    maps: dict[bytes, Any] = {}
+    states: dict[tuple[str, str], _State | None] = {}
+    order: list[_State] = []
+    out = NetRead([])
+    version: int | None = None
+    first_position = None
+    for rec in log.records(plan.first_seq, plan.end_seq):
+        if not want.record_wanted(rec.tables):
+            continue
+        if first_position is None:
+            first_position = rec.position
+        if version is None:
+            version = rec.schema_version
+        elif rec.schema_version != version:
+            raise NetRefused("the schema changes in the range")
+        if out.newest_ts_us is None or rec.ts_us > out.newest_ts_us:
+            out.newest_ts_us = rec.ts_us
+        ctx = DecodeContext(fde=log.fde, table_map_cache=maps)
+        size = ctx.table_id_size
+        for raw in iter_payload_events(rec.payload, source=None):
+            code = raw.type_code
+            if code == _TABLE_MAP:
+                parse_event(raw, ctx)
+                continue
+            if code in _QUERY:
+                event = parse_event(raw, ctx)
+                if isinstance(event, QueryEvent) and is_ddl(event):
+                    raise NetRefused(f"a DDL statement in store record {rec.seq}")
+                continue
+            if code not in ROWS_EVENT_TYPES:
+                continue
+            tm = ctx.table_maps.get(rows_event_table_id(raw.body, table_id_size=size))
+            if tm is None:
+                parse_event(raw, ctx)  # raises: a rows event without its TABLE_MAP
+                continue
+            name = (tm.schema, tm.table)
+            if name not in states:
+                state = None
+                if want(*name):
+                    definition = schema.table_at(tm.schema, tm.table, rec.position)
+                    if definition is None:
+                        raise NetRefused(f"{tm.schema}.{tm.table}: no definition")
+                    state = _State(plan, shard, definition, rec.schema_version, log)
+                    order.append(state)
+                states[name] = state
+            state = states[name]
+            if state is None:
+                continue
+            if code == _PARTIAL_UPDATE_ROWS:
+                raise NetRefused(f"{tm.schema}.{tm.table}: a partial JSON update")
+            state.add(code, raw.body, tm, rec, size, log)
+    for state in order:
+        rows = sum(state.counts)
+        source = f"{state.definition.database}.{state.definition.table}"
+        target = f"{state.target.database}.{state.target.table}"
+        if rows:
+            out.tables_in[source] = out.tables_in.get(source, 0) + rows
+            out.tables_out[target] = out.tables_out.get(target, 0) + rows
+        out.tables.append(state.net_table(first_position))
+    return out
+
+
+# --- the Spark job -------------------------------------------------------------------------
+
+#: The schema of a task's result: one row per shard (a pickled ``(NetRead figures,
+#: ApplyResult | exception | NetRefused)``).
+_RESULT = "shard int, result binary"
+
+
+def _task(
+    plan: NetPlan, sink: SqlSink, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body over ``spark.range(shards)``: apply each id's shard."""
+    import pyarrow as pa
+
+    for batch in batches:
+        shards = batch.column(0).to_pylist()
+        results = [pickle.dumps(apply_shard(plan, sink, int(k))) for k in shards]
+        if shards:
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(shards, pa.int32()), pa.array(results, pa.binary())],
+                names=["shard", "result"],
+            )
+
+
+def apply_shard(plan: NetPlan, sink: SqlSink, shard: int) -> tuple[Any, Any]:
+    """Read and apply one shard (on an executor): ``(figures, result)`` where ``result``
+    is the sink's ApplyResult, a terminal error (as data: sinks.failfast), or a
+    NetRefused. Retryable errors raise (Spark retries the task)."""
+    from headwater.spark.logaccess import open_log
+
+    log_ = open_log(plan.options)
+    try:
+        with gc_paused(), pinned_schemas():
+            try:
+                read = net_tables(plan, shard, log_)
+            except NetRefused as exc:
+                return None, exc
+            figures = (read.tables_in, read.tables_out, read.newest_ts_us)
+            try:
+                result: Any = sink.apply_net(
+                    [t for t in read.tables if t.upserts.num_rows or t.removes.num_rows],
+                    source=plan.options.source_name,
+                    first_seq=plan.first_sequence,
+                    last_seq=plan.last_sequence,
+                    batch_id=plan.batch_id,
+                    shard=shard,
+                )
+            except Exception as exc:  # returned, not raised: no task retry (sinks.failfast)
+                if not (isinstance(exc, SinkError) or is_terminal(exc)):
+                    raise
+                result = exc
+            return figures, result
+    finally:
+        log_.close()
+
+
+#: Sinks whose checkpoint table this process has set up.
+_SET_UP: weakref.WeakSet[SqlSink] = weakref.WeakSet()
+
+
+class NetApply:
+    """The net path of one pipeline (module docstring)."""
+
+    def __init__(
+        self, checkpoint: Path, options: SourceOptions, sinks: Sequence[SqlSink], transforms: Any
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.options = options
+        self.sinks = list(sinks)
+        self.transforms: tuple[TransformSpec, ...] = tuple(transforms)
+        self._log: Any = None
+        #: batch id -> what the net path applied (the newest 1000 batches)
+        self.batches: dict[int, DirectBatch] = {}
+        #: (db.table, schema version) -> why the table cannot take the net path (None: it can)
+        self._tables: dict[tuple[str, int], str | None] = {}
+
+    @classmethod
+    def of(cls, config: PipelineConfig, sinks: Sequence[Any]) -> NetApply | None:
+        """The net path of ``config``, or None (logged) when it cannot take it."""
+        from headwater.pipeline.columns import source_options
+        from headwater.spark.offsets import parse_options
+
+        if config.source.logs is not None:
+            return None
+        options = parse_options(source_options(config, sinks))
+        why = unsupported(config, sinks, options)
+        if why is not None:
+            log.info("pipeline %s: no net-effect apply (%s)", config.name, why)
+            return None
+        return cls(config.checkpoint, options, sinks, config.transforms)
+
+    def plan_of(self, batch_id: int) -> NetPlan | None:
+        """Batch ``batch_id``'s plan (shards filled per sink), or None when the driver's
+        look at the record headers already rules it out (module docstring)."""
+        from headwater.spark.logaccess import open_log
+
+        begin = offset_at(self.checkpoint, batch_id - 1)
+        end = offset_at(self.checkpoint, batch_id)
+        if begin is None or end is None or begin.row or end.row or end.seq <= begin.seq:
+            return None
+        if self._log is None:
+            self._log = open_log(self.options)
+        schema = self._log.schema
+        if schema is None:
+            return None
+        want = self.options.tables
+        for rec in self._log.records(begin.seq, end.seq):
+            if not want.record_wanted(rec.tables):
+                continue
+            for name, _rows in rec.tables:
+                key = (name, rec.schema_version)
+                if key not in self._tables:
+                    self._tables[key] = self._table_refused(name, rec.position)
+                why = self._tables[key]
+                if why is not None:
+                    log.debug("batch %d takes the Spark path: %s", batch_id, why)
+                    return None
+        return NetPlan(self.options, begin.seq, end.seq, self.transforms, 1, batch_id)
+
+    def _table_refused(self, name: str, position: Any) -> str | None:
+        from headwater.spark.asofread import read_spec
+        from headwater.spark.asofscan import key_scan_kinds
+
+        db, _, table = name.partition(".")
+        if not self.options.tables(db, table):
+            return None
+        definition = self._log.schema.table_at(db, table, position)
+        if definition is None:
+            return f"{name}: no definition"
+        if not key_scan_kinds([definition]):
+            return f"{name}: no primary key the key-first read reads"
+        columns = read_spec(name, definition, (), ()).columns
+        if not all(c.fast is not None for c in columns):
+            return f"{name}: a column the typed read does not carry"
+        try:
+            target_of(self.transforms, definition)
+        except NetRefused as exc:
+            return str(exc)
+        return None
+
+    def apply(self, spark: SparkSession, batch_id: int) -> DirectBatch | None:
+        """Apply batch ``batch_id`` as its net effect; None: it takes the Spark path
+        (nothing applied, or some shards applied and their checkpoints say so)."""
+        from dataclasses import replace
+
+        t0 = time.monotonic()
+        plan = self.plan_of(batch_id)
+        if plan is None:
+            return None
+        out: DirectBatch | None = None
+        for sink in self.sinks:
+            if sink not in _SET_UP:
+                sink.setup()
+                _SET_UP.add(sink)
+            shards = sink.config.shards
+            sink_plan = replace(plan, shards=shards)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # pandas 3 (see sinks.glue)
+                job = spark.range(shards, numPartitions=shards).mapInArrow(
+                    _Job(sink_plan, sink), _RESULT
+                )
+                rows = job.collect()
+            results = [pickle.loads(r["result"]) for r in rows]
+            refused = [r for _f, r in results if isinstance(r, NetRefused)]
+            if refused:
+                log.info("batch %d takes the Spark path: %s", batch_id, refused[0])
+                return None
+            errors = [r for _f, r in results if isinstance(r, Exception)]
+            if errors:
+                raise errors[0]
+            if out is None and results:
+                tables_in, tables_out, newest = results[0][0]
+                out = DirectBatch(
+                    rows_in=sum(tables_in.values()),
+                    rows_out=sum(tables_out.values()),
+                    tables_in=dict(tables_in),
+                    tables_out=dict(tables_out),
+                    newest_ts_us=newest,
+                )
+            for _f, result in results:
+                log.debug("batch %d: %s", batch_id, result)
+        if out is None:
+            return None
+        out.seconds = time.monotonic() - t0
+        out.apply_s = out.seconds
+        self.batches[batch_id] = out
+        for gone in [b for b in self.batches if b < batch_id - 1000]:
+            del self.batches[gone]
+        log.debug("batch %d applied as its net effect: %s", batch_id, out)
+        return out
+
+    def patch(self, reports: Iterable[Any]) -> list[Any]:
+        """Spark's progress reports with the figures of the batches this path applied
+        (Spark read no rows for them), as :meth:`DirectApply.patch` does."""
+        from headwater.pipeline.runner import OBSERVED
+        from headwater.pipeline.status import OBSERVED_IN
+
+        out = []
+        for report in reports:
+            done = self.batches.get(int(report.get("batchId", -1))) if report else None
+            if done is None or report.get("numInputRows"):
+                out.append(report)
+                continue
+            patched = dict(report)
+            patched["numInputRows"] = done.rows_in
+            patched["processedRowsPerSecond"] = done.rows_in / max(done.seconds, 1e-3)
+            observed = dict(patched.get("observedMetrics") or {})
+            observed[OBSERVED_IN] = {"tables": _items(done.tables_in)}
+            observed[OBSERVED] = {
+                "newest_ts_us": done.newest_ts_us,
+                "rows_out": done.rows_out,
+                "tables": _items(done.tables_out),
+            }
+            patched["observedMetrics"] = observed
+            out.append(patched)
+        return out
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """The picklable ``mapInArrow`` function of one sink's job."""
+
+    plan: NetPlan
+    sink: SqlSink
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return _task(self.plan, self.sink, batches)
+
+
+def _items(counts: dict[str, int]) -> list[dict[str, Any]]:
+    return [{"item": k, "count": v} for k, v in counts.items()]
