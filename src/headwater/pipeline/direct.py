@@ -39,10 +39,12 @@ observed metrics that Spark reports empty for a batch it did not read
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,7 +54,7 @@ import orjson
 from headwater.changes import ChangeRow
 from headwater.errors import ConfigError, SinkError
 from headwater.gcpause import gc_paused
-from headwater.sinks.base import as_change, pinned_schemas
+from headwater.sinks.base import ApplyResult, as_change, pinned_schemas
 from headwater.sinks.failfast import is_terminal
 from headwater.sinks.merge import ROLE_KEY, ROLE_NEW, ROLE_OLD, ChangeColumns
 from headwater.sinks.sql import SqlSink
@@ -328,6 +330,13 @@ class DirectApply:
         self.transforms: tuple[TransformSpec, ...] = tuple(transforms)
         self.max_rows = options.direct_max_rows
         self._ops: list[Any] | None = None
+        #: threads for the shard transactions of a batch (_apply_rows)
+        shards = max((s.config.shards for s in self.sinks), default=1)
+        self._pool = (
+            ThreadPoolExecutor(min(shards, 8), thread_name_prefix="hw-direct")
+            if shards > 1
+            else None
+        )
         #: batch id -> what the driver applied (the newest 1000 batches)
         self.batches: dict[int, DirectBatch] = {}
 
@@ -418,7 +427,7 @@ class DirectApply:
         # (the glue's scope of an apply step: no cyclic GC, one look at the schema file)
         with gc_paused(), pinned_schemas():
             for sink in self.sinks:
-                _apply_sink(sink, segments, batch_id)
+                _apply_sink(sink, segments, batch_id, self._pool)
         out.seconds = time.monotonic() - t0
         out.apply_s = out.seconds - out.read_s
         self.batches[batch_id] = out
@@ -524,7 +533,10 @@ class DirectApply:
         return out
 
     def close(self) -> None:
-        """Nothing to release (each batch opens and closes its log)."""
+        """End the shard threads (each batch opens and closes its log)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
 
 def _table(batches: list[pyarrow.RecordBatch], keep: Sequence[str] | None) -> pyarrow.Table:
@@ -680,7 +692,9 @@ def _pylist(column: Any, repeated: bool) -> list[Any]:
     return values
 
 
-def _apply_sink(sink: SqlSink, segments: Sequence[_Segment], batch_id: int) -> None:
+def _apply_sink(
+    sink: SqlSink, segments: Sequence[_Segment], batch_id: int, pool: Executor | None = None
+) -> None:
     """One sink's apply of a batch's (transformed) changes, in sequence order, DDL
     between the changes before and after it (module docstring, step 5)."""
     if sink not in _SET_UP:  # (CREATE ... IF NOT EXISTS: once per sink object)
@@ -688,22 +702,52 @@ def _apply_sink(sink: SqlSink, segments: Sequence[_Segment], batch_id: int) -> N
         _SET_UP.add(sink)
     for segment in segments:
         if isinstance(segment, _Routed):
-            _apply_rows(sink, segment, batch_id)
+            _apply_rows(sink, segment, batch_id, pool)
         else:
             sink.apply_ddl(segment, batch_id)
 
 
-def _apply_rows(sink: SqlSink, routed: _Routed, batch_id: int) -> None:
-    """The shard transactions of a run of routed rows. A SinkError of one shard is
-    raised after the other shards ran, as the glue raises it after every partition ran."""
-    error: BaseException | None = None
-    for shard, rows in sorted(routed.by_shard(sink.config.shards).items()):
-        try:
-            result = sink.apply_columns(routed.cols, rows, batch_id, shard)
+def _apply_rows(sink: SqlSink, routed: _Routed, batch_id: int, pool: Executor | None) -> None:
+    """The shard transactions of a run of routed rows, at once in ``pool``'s threads
+    when there are several (as the glue's run in parallel tasks: each waits for its
+    target's statements and commit most of its time). A SinkError of one shard is raised
+    after the other shards ran, as the glue raises it after every partition ran; any
+    other error first (the first shard's, by shard number)."""
+    shards = sorted(routed.by_shard(sink.config.shards).items())
+    outcomes: list[tuple[ApplyResult | None, BaseException | None]] = []
+    if pool is None or len(shards) < 2:
+        for shard, rows in shards:
+            outcomes.append(_apply_shard(sink, routed.cols, rows, batch_id, shard))
+            exc = outcomes[-1][1]
+            if exc is not None and not (isinstance(exc, SinkError) or is_terminal(exc)):
+                break
+    else:
+        # (a context per thread: one context cannot be entered by two at once)
+        futures = [
+            pool.submit(
+                contextvars.copy_context().run, _apply_shard, sink, routed.cols, rows, batch_id,
+                shard,
+            )
+            for shard, rows in shards
+        ]  # fmt: skip
+        outcomes = [f.result() for f in futures]
+    errors = [exc for _result, exc in outcomes if exc is not None]
+    for exc in errors:
+        if not (isinstance(exc, SinkError) or is_terminal(exc)):
+            raise exc
+    for result, _exc in outcomes:
+        if result is not None:
             log.debug("batch %d: %s", batch_id, result)
-        except Exception as exc:
-            if not (isinstance(exc, SinkError) or is_terminal(exc)):
-                raise
-            error = error or exc
-    if error is not None:
-        raise error
+    if errors:
+        raise errors[0]
+
+
+def _apply_shard(
+    sink: SqlSink, cols: ChangeColumns, rows: list[int], batch_id: int, shard: int
+) -> tuple[ApplyResult | None, BaseException | None]:
+    """One shard's transaction: its result, or the exception it raised."""
+    try:
+        with pinned_schemas():  # (a scope per thread: a context variable)
+            return sink.apply_columns(cols, rows, batch_id, shard), None
+    except Exception as exc:
+        return None, exc

@@ -285,11 +285,23 @@ class _Columns:
 
 
 def _key_picks(key_names: tuple[str, ...] | None, names: list[str]) -> list[tuple[str, int]] | None:
-    """``(name, index in the image)`` of each key column (``-1``: not in the image)."""
+    """``(name, index in the image)`` of each key column (``-1``: not in the image).
+    Remembered per key and column names: every rows event of a table asks the same (a
+    one-row transaction per event: once per row otherwise)."""
     if key_names is None:
         return None
-    where = {name: i for i, name in enumerate(names)}
-    return [(k, where.get(k, -1)) for k in key_names]
+    at = (key_names, tuple(names))
+    picks = _PICKS.get(at)
+    if picks is None:
+        if len(_PICKS) >= 1024:
+            _PICKS.clear()
+        where = {name: i for i, name in enumerate(names)}
+        picks = _PICKS[at] = [(k, where.get(k, -1)) for k in key_names]
+    return picks
+
+
+#: :func:`_key_picks` by key names and column names (read only by the renderers).
+_PICKS: dict[tuple[tuple[str, ...], tuple[str, ...]], list[tuple[str, int]]] = {}
 
 
 def _key_of(picks: list[tuple[str, int]], values: Sequence[Any]) -> dict[str, Any]:
