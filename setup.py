@@ -36,6 +36,11 @@ setup(
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
         Extension(
+            "headwater._native._busjoin",
+            sources=["src/headwater/_native/busjoin.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
+        Extension(
             "headwater._native._walk",
             sources=["src/headwater/_native/walk.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],

@@ -145,3 +145,43 @@ def test_batch_records_of_other_formats_and_columns_are_none() -> None:
     assert batch_records(batch, BusOptions(format="debezium")) is None
     assert batch_records(batch, BusOptions(format="ums")) is None
     assert batch_records(batch.drop_columns(["sql"]), BusOptions()) is None
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_values_joined_in_c_from_sliced_batches_every_escape_and_extreme_integers(
+    large: bool,
+) -> None:
+    """The C join (:mod:`headwater._native._busjoin`) reads the columns' Arrow buffers:
+    slices (offsets not on a byte of the validity bitmaps), 64-bit string offsets, every
+    byte below 0x80 and non-ASCII text in the JSON-escaped columns, the extreme int64
+    values and int32 columns with nulls give what orjson writes row by row."""
+    rng = random.Random(17)
+    alphabet = [chr(c) for c in range(0x80)] + ["\u00e9", "\u4e2d", "\U0001f600", "\u2028"]
+    generated = [r for r in rows(300, 23) if r["op"] != "ddl"]
+    for i, r in enumerate(generated):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(12)))
+        r.update(gtid=text, txn_id=rng.choice([None, text[::-1], ""]))
+        r["ts_us"] = rng.choice([-(2**63), 2**63 - 1, -1, 0, None, i])
+        r["sql"] = rng.choice([None, text + "\\"])
+    schema = change_arrow_schema()
+    batch = pa.RecordBatch.from_pylist(generated, schema=schema)
+    if large:
+        batch = batch.cast(
+            pa.schema(
+                pa.field(f.name, pa.large_string()) if f.type == pa.string() else f for f in schema
+            )
+        )
+    options = BusOptions(topic="{source}.{database}.{table}")
+    n = batch.num_rows
+    assert n > 200
+    for start, length in [(0, n), (3, n // 2), (13, 1), (n - 1, 1), (7, 0)]:
+        part = batch.slice(start, length)
+        records = batch_records(part, options)
+        assert records is not None
+        assert records.values == [m.value for m in bus_messages(part.to_pylist(), options)]
+        assert len(records.values) == length
+    whole = batch_records(batch, options)
+    assert whole is not None
+    every = b"".join(whole.values)
+    assert b"\\u001f" in every and b"\\u0000" in every and b"\\t" in every
+    assert b"-9223372036854775808" in every and b"9223372036854775807" in every
