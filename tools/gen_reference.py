@@ -417,7 +417,9 @@ PIPELINE: tuple[Section, ...] = (
                 "`idleAdvanceMs` (how long an end offset that only passes records the pipeline "
                 "does not read is held back; see docs/configuration.md), `driverApplyMaxRows` "
                 "(a micro-batch of at most this many rows is applied in the driver, without a "
-                "Spark job; 25000 by default, 0: never; docs/operations.md), `columns` (the "
+                "Spark job; 25000 by default, 0: never; docs/operations.md), `netApply` (a "
+                "larger micro-batch is applied as each key's last write, read key-first; true "
+                "by default; docs/architecture.md), `columns` (the "
                 "change-row columns the source builds; a pipeline sets it to what its plan "
                 "reads; docs/formats.md).",
             ),
@@ -434,6 +436,7 @@ PIPELINE: tuple[Section, ...] = (
                 "burst_quiet_ms",
                 "idle_advance_ms",
                 "direct_max_rows",
+                "net_apply",
                 "columns",
             }
         ),

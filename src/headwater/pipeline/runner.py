@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from headwater.pipeline.direct import DirectApply
+    from headwater.pipeline.netapply import NetApply
 
 __all__ = [
     "PIPELINE_SPARK_CONF",
@@ -105,10 +106,14 @@ class _ForEachBatch:
     sinks' own jobs, not by an extra job.
     """
 
-    def __init__(self, sinks: list[BatchSink], direct: DirectApply | None = None) -> None:
+    def __init__(
+        self, sinks: list[BatchSink], direct: DirectApply | None = None, net: NetApply | None = None
+    ) -> None:
         self.sinks = sinks
         #: small batches applied in the driver (headwater.pipeline.direct), or None
         self.direct = direct
+        #: large batches applied as their net effect (headwater.pipeline.netapply), or None
+        self.net = net
         self.query: StreamingQuery | None = None
         self.lock = threading.Lock()
         self.batch_end_s: float | None = None
@@ -126,14 +131,17 @@ class _ForEachBatch:
     def patched(self, progress: Any) -> Any:
         """A progress report (or a list of them) with the driver's figures of a batch it
         applied (Spark read nothing for it)."""
-        if self.direct is None or not progress:
+        if not progress:
             return progress
-        if isinstance(progress, list):
-            return self.direct.patch(progress)
-        return self.direct.patch([progress])[0]
+        reports = progress if isinstance(progress, list) else [progress]
+        for path in (self.direct, self.net):
+            if path is not None:
+                reports = path.patch(reports)
+        return reports if isinstance(progress, list) else reports[0]
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        if self.direct is None or self.direct.apply(batch_id) is None:
+        direct = self.direct is not None and self.direct.apply(batch_id) is not None
+        if not direct and (self.net is None or self.net.apply(df.sparkSession, batch_id) is None):
             self._spark(df, batch_id)
         with self.lock:
             self.batch_end_s = time.time()
@@ -282,8 +290,11 @@ class PipelineRunner:
         for section, sink in zip(config.sinks, self.sinks, strict=True):
             check_shippable(sink, config, section.line, section.path)
         from headwater.pipeline.direct import DirectApply
+        from headwater.pipeline.netapply import NetApply
 
-        self.writer = _ForEachBatch(self.sinks, DirectApply.of(config, self.sinks))
+        self.writer = _ForEachBatch(
+            self.sinks, DirectApply.of(config, self.sinks), NetApply.of(config, self.sinks)
+        )
         self.query: StreamingQuery | None = None
         #: results of the re-snapshots this runner ran (signals)
         self.resnapshots: list[Any] = []
@@ -441,6 +452,8 @@ class PipelineRunner:
             self.status.finish(ended if isinstance(ended, Exception) else None)
             if self.writer.direct is not None:
                 self.writer.direct.close()
+            if self.writer.net is not None:
+                self.writer.net.close()
         return 0
 
     @property
