@@ -277,10 +277,14 @@ class _Columns:
             sequence = np.repeat(np.array(self.firsts, dtype=np.int64) - starts, counts)
             sequence += np.arange(self.rows, dtype=np.int64)
             arrays["sequence"] = pa.array(sequence, type=pa.int64())
+        # One value per run (zip: the runs' tuples as columns in one C loop); runs of one
+        # row each (one-row transactions) are the rows already.
+        runs = list(zip(*self.runs, strict=True)) if self.runs else [()] * len(_RUN_COLUMNS)
+        one_each = len(self.runs) == self.rows
         for j, name in enumerate(_RUN_COLUMNS):
             if name in wanted:
-                values = pa.array([run[j] for run in self.runs], type=schema.field(name).type)
-                arrays[name] = values.take(which)
+                values = pa.array(runs[j], type=schema.field(name).type)
+                arrays[name] = values if one_each else values.take(which)
         return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
 
