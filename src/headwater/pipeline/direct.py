@@ -376,10 +376,12 @@ class DirectApply:
         tables = self.options.tables
         rows = size = 0
         kept: list[Record] | None = []
+        every = tables.patterns is None
         for rec in log.records(begin.seq, stop):
-            if not tables.record_wanted(rec.tables):
+            named = rec.tables
+            if not (every or tables.record_wanted(named)):
                 continue
-            rows += max(1, sum(n for _name, n in rec.tables))
+            rows += max(1, named[0][1] if len(named) == 1 else sum(n for _name, n in named))
             if rows > self.max_rows:
                 return None
             if kept is not None:

@@ -289,3 +289,52 @@ def test_driver_routing_is_the_glues(spark: SparkSession) -> None:
             for shard, copies in segment.by_shard(count).items():
                 driver += [(c.sequence[i], c.role[i], c.key[i], shard) for i in copies]
         assert sorted(driver) == got
+
+
+class _Shards:
+    """A sink's shard transactions as the driver calls them (no target: the order of
+    errors is the driver's own logic): ``fail`` maps a shard to what it raises."""
+
+    def __init__(self, fail: dict[int, BaseException]) -> None:
+        from types import SimpleNamespace
+
+        self.config = SimpleNamespace(shards=2)
+        self.fail = fail
+        self.ran: list[tuple[int, list[int]]] = []
+
+    def apply_columns(self, cols: object, rows: list[int], batch_id: int, shard: int) -> str:
+        self.ran.append((shard, rows))
+        if shard in self.fail:
+            raise self.fail[shard]
+        return f"shard {shard}"
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_driver_shard_errors_come_after_every_shard_ran(threads: bool) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from headwater.errors import SinkError
+    from headwater.pipeline.direct import _apply_rows, _segments
+
+    rows = [_change(i, "insert") for i in range(20)]
+    (routed,) = _segments(pa.Table.from_pylist(rows, schema=change_arrow_schema()))
+    shards = routed.by_shard(2)
+    assert sorted(shards) == [0, 1]
+    assert sorted(i for copies in shards.values() for i in copies) == list(range(20))
+    pool = ThreadPoolExecutor(2) if threads else None
+    try:
+        ok = _Shards({})
+        _apply_rows(ok, routed, 3, pool)  # type: ignore[arg-type]
+        assert sorted(ok.ran) == sorted(shards.items())
+        # a SinkError of shard 0: shard 1 still ran, then the error
+        bad = _Shards({0: SinkError("shard 0 refused")})
+        with pytest.raises(SinkError, match="shard 0 refused"):
+            _apply_rows(bad, routed, 3, pool)  # type: ignore[arg-type]
+        assert sorted(s for s, _rows in bad.ran) == [0, 1]
+        # another error wins over a SinkError
+        worse = _Shards({0: SinkError("refused"), 1: RuntimeError("bug")})
+        with pytest.raises(RuntimeError, match="bug"):
+            _apply_rows(worse, routed, 3, pool)  # type: ignore[arg-type]
+    finally:
+        if pool is not None:
+            pool.shutdown()
