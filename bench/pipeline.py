@@ -354,13 +354,16 @@ def naive(source: MariadbSandbox, target: MariadbSandbox, start: tuple[str, int]
 # --- headwater ----------------------------------------------------------------------------
 
 
-def pipeline_yaml(task_dir: Path, target: MariadbSandbox, checkpoint: Path) -> str:
+def pipeline_yaml(
+    task_dir: Path, target: MariadbSandbox, checkpoint: Path, net_apply: bool = True
+) -> str:
+    net = "" if net_apply else ", netApply: 'false'"
     return (
         "name: bench\n"
         # A byte limit plans batches from record headers; a row limit would decode every
         # record on the driver to count rows. Two input partitions: two cores.
         f"source: {{path: {task_dir}, partitions: 2,"
-        " options: {maxBytesPerTrigger: '67108864'}}\n"
+        f" options: {{maxBytesPerTrigger: '67108864'{net}}}}}\n"
         f"checkpoint: {checkpoint}\n"
         "transforms:\n  - rename_database: {bench: bench_hw}\n"
         "sinks:\n"
@@ -532,6 +535,11 @@ def main() -> None:
         help="target with innodb_flush_log_at_trx_commit=2 (the test fixtures' setting)"
         " instead of the server's durable default (1)",
     )
+    ap.add_argument(
+        "--no-net-apply",
+        action="store_true",
+        help="netApply: 'false' (large batches through the Spark job, not the net-effect apply)",
+    )
     args = ap.parse_args()
     rows = args.rows or (20_000 if args.quick else 500_000)
     single = args.single or (2_000 if args.quick else 10_000)
@@ -599,7 +607,8 @@ def main() -> None:
         task = start_reader()
         wait(lambda: (tmp / "task" / "changes").is_dir(), 60, "the reader's log")
         pipeline = parse_pipeline_config(
-            pipeline_yaml(tmp / "task", target, tmp / "checkpoint"), file="bench.yaml"
+            pipeline_yaml(tmp / "task", target, tmp / "checkpoint", not args.no_net_apply),
+            file="bench.yaml",
         )
         runner = PipelineRunner(pipeline)
         runner.spark.sparkContext.setLogLevel("ERROR")

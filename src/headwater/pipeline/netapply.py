@@ -415,6 +415,7 @@ def apply_shard(plan: NetPlan, sink: SqlSink, shard: int) -> tuple[Any, Any]:
     NetRefused. Retryable errors raise (Spark retries the task)."""
     from headwater.spark.logaccess import open_log
 
+    t0 = time.monotonic()
     log_ = open_log(plan.options)
     try:
         with gc_paused(), pinned_schemas():
@@ -422,7 +423,7 @@ def apply_shard(plan: NetPlan, sink: SqlSink, shard: int) -> tuple[Any, Any]:
                 read = net_tables(plan, shard, log_)
             except NetRefused as exc:
                 return None, exc
-            figures = (read.tables_in, read.tables_out, read.newest_ts_us)
+            t1 = time.monotonic()
             try:
                 result: Any = sink.apply_net(
                     [t for t in read.tables if t.upserts.num_rows or t.removes.num_rows],
@@ -436,6 +437,8 @@ def apply_shard(plan: NetPlan, sink: SqlSink, shard: int) -> tuple[Any, Any]:
                 if not (isinstance(exc, SinkError) or is_terminal(exc)):
                     raise
                 result = exc
+            t2 = time.monotonic()
+            figures = (read.tables_in, read.tables_out, read.newest_ts_us, t1 - t0, t2 - t1)
             return figures, result
     finally:
         log_.close()
@@ -534,6 +537,7 @@ class NetApply:
         plan = self.plan_of(batch_id)
         if plan is None:
             return None
+        planned = time.monotonic()
         out: DirectBatch | None = None
         for sink in self.sinks:
             if sink not in _SET_UP:
@@ -556,7 +560,7 @@ class NetApply:
             if errors:
                 raise errors[0]
             if out is None and results:
-                tables_in, tables_out, newest = results[0][0]
+                tables_in, tables_out, newest, _r, _a = results[0][0]
                 out = DirectBatch(
                     rows_in=sum(tables_in.values()),
                     rows_out=sum(tables_out.values()),
@@ -564,16 +568,22 @@ class NetApply:
                     tables_out=dict(tables_out),
                     newest_ts_us=newest,
                 )
+            if out is not None:  # the slowest task's read and apply
+                out.read_s = max(out.read_s, *(f[3] for f, _r in results))
+                out.apply_s = max(out.apply_s, *(f[4] for f, _r in results))
             for _f, result in results:
                 log.debug("batch %d: %s", batch_id, result)
         if out is None:
             return None
         out.seconds = time.monotonic() - t0
-        out.apply_s = out.seconds
         self.batches[batch_id] = out
         for gone in [b for b in self.batches if b < batch_id - 1000]:
             del self.batches[gone]
-        log.debug("batch %d applied as its net effect: %s", batch_id, out)
+        log.info(
+            "batch %d applied as its net effect: %d rows in %.3f s (plan %.3f s; the slowest "
+            "task: read %.3f s, apply %.3f s)", batch_id, out.rows_in, out.seconds, planned - t0,
+            out.read_s, out.apply_s,
+        )  # fmt: skip
         return out
 
     def patch(self, reports: Iterable[Any]) -> list[Any]:
