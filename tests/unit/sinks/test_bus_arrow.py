@@ -185,3 +185,21 @@ def test_values_joined_in_c_from_sliced_batches_every_escape_and_extreme_integer
     every = b"".join(whole.values)
     assert b"\\u001f" in every and b"\\u0000" in every and b"\\t" in every
     assert b"-9223372036854775808" in every and b"9223372036854775807" in every
+
+
+def test_change_rows_without_commit_ts_take_the_column_path_with_the_same_messages() -> None:
+    """The Spark writer drops ``commit_ts`` (no bus message holds it): the batch without
+    it is still covered by the column path and gives the same messages, every format."""
+    plain = pa.RecordBatch.from_pylist(
+        [r for r in rows(300, 31) if r["op"] != "ddl"], schema=change_arrow_schema()
+    ).drop_columns(["commit_ts"])
+    assert batch_records(plain, BusOptions()) is not None
+    for fmt in ("change_row", "debezium", "ums"):
+        generated = rows(300, 31, null_numbers=fmt != "ums")
+        batch = pa.RecordBatch.from_pylist(generated, schema=change_arrow_schema())
+        pruned = batch.drop_columns(["commit_ts"])
+        options = BusOptions(format=fmt, tombstones=True)
+        assert list(batch_messages(pruned, options)) == list(batch_messages(batch, options))
+    records = batch_records(plain, BusOptions())
+    assert records is not None
+    assert records.values == [m.value for m in bus_messages(plain.to_pylist(), BusOptions())]

@@ -54,7 +54,9 @@ _HEAD = (
     "event_index", "gtid", "txn_id", "sequence", "schema_version", "sql",
 )  # fmt: skip
 _IMAGES = ("key", "before", "after", "before_key")
-_INDEX = {name: i for i, name in enumerate(_NAMES)}
+# The change columns without ``commit_ts``, which no bus message holds: what
+# :func:`headwater.sinks.bus.spark.write_partitions` hands the executors.
+_PRUNED = tuple(name for name in _NAMES if name != "commit_ts")
 # What precedes each column's value: ``{"source":``, then ``,"database":`` and so on.
 _LABELS = tuple(
     (b"{" if i == 0 else b",") + orjson.dumps(name) + b":" for i, name in enumerate(_HEAD + _IMAGES)
@@ -155,7 +157,7 @@ def _groups(batch: pyarrow.RecordBatch) -> _Groups:
     code: Any = pa.scalar(0, pa.int64())
     dictionaries, sizes = [], []
     for name in _REPEATED:
-        encoded = batch.column(_INDEX[name]).dictionary_encode()
+        encoded = batch.column(name).dictionary_encode()
         size = len(encoded.dictionary) + 1  # the last index stands for null
         dictionaries.append([*encoded.dictionary.to_pylist(), None])
         sizes.append(size)
@@ -195,7 +197,7 @@ def _values(batch: pyarrow.RecordBatch, groups: _Groups) -> list[bytes]:
         pieces.append((0, heads, positions.buffers()[1], positions.offset))
     for label, name in zip(_LABELS[4:], _HEAD[4:] + _IMAGES, strict=True):
         pieces.append(label)
-        pieces.append(_piece(batch.column(_INDEX[name]), name))
+        pieces.append(_piece(batch.column(name), name))
     pieces.append(_CLOSE)
     merged: list[Any] = []
     for piece in pieces:  # adjacent constant texts as one
@@ -241,7 +243,7 @@ def _topics(groups: _Groups, template: str) -> tuple[list[str], frozenset[str]]:
 
 
 def _covered(batch: pyarrow.RecordBatch, options: BusOptions) -> bool:
-    return options.format == "change_row" and tuple(batch.schema.names) == _NAMES
+    return options.format == "change_row" and tuple(batch.schema.names) in (_NAMES, _PRUNED)
 
 
 def batch_records(batch: pyarrow.RecordBatch, options: BusOptions) -> Records | None:
@@ -250,14 +252,14 @@ def batch_records(batch: pyarrow.RecordBatch, options: BusOptions) -> Records | 
     not change rows in the ``change_row`` format."""
     import pyarrow as pa
 
-    if not _covered(batch, options) or batch.column(_INDEX["sequence"]).null_count:
+    if not _covered(batch, options) or batch.column("sequence").null_count:
         return None
     groups = _groups(batch)
     ops = {values[3] for values in groups.distinct}
     if "ddl" in ops or (options.tombstones and "delete" in ops):
         return None
     topics, names = _topics(groups, options.topic)
-    keys = batch.column(_INDEX["key"]).cast(pa.binary()).to_pylist()
+    keys = batch.column("key").cast(pa.binary()).to_pylist()
     values = _values(batch, groups)
     return Records(topics, keys, values, names)
 
@@ -273,10 +275,10 @@ def batch_messages(batch: pyarrow.RecordBatch, options: BusOptions) -> Iterator[
     groups = _groups(batch)
     values = _values(batch, groups)
     topics, _ = _topics(groups, options.topic)
-    sources = col(_INDEX["source"]).to_pylist()
-    ops = col(_INDEX["op"]).to_pylist()
-    sequences = col(_INDEX["sequence"]).to_pylist()
-    keys = col(_INDEX["key"]).cast(pa.binary()).to_pylist()
+    sources = col("source").to_pylist()
+    ops = col("op").to_pylist()
+    sequences = col("sequence").to_pylist()
+    keys = col("key").cast(pa.binary()).to_pylist()
     tombstones = options.tombstones
     for i, value in enumerate(values):
         op = ops[i]

@@ -18,6 +18,10 @@ follow block locations), and a transform may have reordered rows. The price is t
 whole stage, the source's decoding included, runs as that one task: with ``tasks > 1`` the
 batch is instead shuffled once (``repartition``) and decoding keeps its parallelism.
 
+``commit_ts`` is dropped first: no bus format writes it (``ts_us`` says the same,
+:mod:`headwater.sinks.bus.messages`), and the JVM need not turn it into Arrow for every
+row (:mod:`headwater.sinks.bus.arrow` takes the change columns with or without it).
+
 The partition index is stable for a given batch (the same rows hash the same way when a
 batch is replayed), which is what per-task Kafka transactional ids rely on. ``write``
 returns how many messages it sent; the driver gets the total. An error of ``write`` that
@@ -53,6 +57,8 @@ def write_partitions(df: DataFrame, ordering: str, tasks: int, write: Writer) ->
 
     result = pa.schema([("sent", pa.int64()), ("error", pa.binary())])
 
+    if "commit_ts" in df.columns:  # in no bus message (module docstring)
+        df = df.drop("commit_ts")
     if ordering == "global" or tasks == 1:
         ordered = df.coalesce(1).sortWithinPartitions("sequence")
     else:
