@@ -95,12 +95,16 @@ def first_copies(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def kafka_read(broker: str, topics: list[str], want: int, timeout: float = 60) -> dict[Any, list]:
     """Messages by (topic, partition), in offset order, until ``want`` are read and no more
-    come for a second."""
+    come for a second. Topics not created yet are waited for (a writer started with the
+    reader may create them later), up to ``timeout``."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": broker, "group.id": f"t{time.time_ns()}",
                          "enable.auto.commit": False})  # fmt: skip
-    meta = consumer.list_topics(timeout=10).topics
+    meta, deadline = consumer.list_topics(timeout=10).topics, time.monotonic() + timeout
+    while want and not set(topics) <= set(meta) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        meta = consumer.list_topics(timeout=10).topics
     consumer.assign(
         [TopicPartition(t, p, 0) for t in topics if t in meta for p in meta[t].partitions]
     )
