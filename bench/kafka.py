@@ -23,6 +23,8 @@ long as the third), and the broker has grown its storage once for both sides. On
 round was not enough: the JVM's JIT compiler threads still spent 0.8-1.1 s of CPU in the
 first timed 300k round, falling to 0.5 s by the fourth (load 12-14), out of the sink's
 2.0-2.7 s; every sink round prints that JIT share (``JIT``), so what is left of it shows.
+It does not fall to nothing: 0.2-0.5 s a round through 11 rounds of one JVM (session 8,
+docs/sinks-bus.md), so part of it is paid per query, as by every micro-batch of a pipeline.
 
 Spark has a fixed cost per micro-batch (planning, scheduling a job, starting the Python
 runner of the task): the bench measures it (a 1 000-row batch, printed as ``fixed cost``)
