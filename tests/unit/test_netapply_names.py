@@ -94,3 +94,26 @@ def test_sequences_bound_the_range() -> None:
     plan = NetPlan(None, 5, 9, (), 2, 1)  # type: ignore[arg-type]
     assert plan.first_sequence == 5 << 24
     assert plan.last_sequence == (9 << 24) - 1
+
+
+def test_progress_reports_get_the_net_batches_figures(tmp_path: Any) -> None:
+    from headwater.pipeline.direct import DirectBatch
+    from headwater.pipeline.netapply import NetApply
+    from headwater.pipeline.runner import OBSERVED
+    from headwater.pipeline.status import OBSERVED_IN
+
+    net = NetApply(tmp_path, None, [], ())  # type: ignore[arg-type]
+    net.batches[4] = DirectBatch(
+        rows_in=10, rows_out=10, tables_in={"a.t": 10}, tables_out={"b.t": 10},
+        newest_ts_us=123, seconds=0.5,
+    )  # fmt: skip
+    spark_read = {"batchId": 5, "numInputRows": 7}
+    reports = net.patch([{"batchId": 4, "numInputRows": 0}, spark_read])
+    assert reports[1] is spark_read
+    patched = reports[0]
+    assert patched["numInputRows"] == 10
+    assert patched["processedRowsPerSecond"] == 20.0
+    assert patched["observedMetrics"][OBSERVED_IN] == {"tables": [{"item": "a.t", "count": 10}]}
+    assert patched["observedMetrics"][OBSERVED] == {
+        "newest_ts_us": 123, "rows_out": 10, "tables": [{"item": "b.t", "count": 10}],
+    }  # fmt: skip
