@@ -68,6 +68,20 @@ class MysqlDialect(SqlDialect):
             with conn.cursor() as cur:
                 zero = config.zero_dates == "keep"
                 configure_session(cur, options, ZERO_DATE_MODES if zero else ())
+                cur.execute("SELECT @@log_bin, @@binlog_format")
+                log_bin, binlog_format = cur.fetchone()
+                if not int(log_bin) or str(binlog_format).upper() != "STATEMENT":
+                    # Shards apply disjoint keys of one table at once; under REPEATABLE
+                    # READ a DELETE's next-key locks cover the gaps the other shard
+                    # inserts into, and the two deadlock (1213, retried, but each retry
+                    # redoes a whole shard transaction). READ COMMITTED takes no gap
+                    # locks for searches (MariaDB KB "InnoDB Lock Modes"; MySQL manual
+                    # 17.7.2.1 "READ COMMITTED": "gap locking is disabled ... except for
+                    # foreign-key constraint checking and duplicate-key checking"). The
+                    # transactions read nothing but their locked checkpoint row, so the
+                    # result is the same. Not with a STATEMENT-format binlog on the
+                    # target, which refuses writes under READ COMMITTED (ER 1665).
+                    cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
             conn.commit()
         except BaseException:
             conn.close()
