@@ -11,8 +11,14 @@ source (:func:`source_options`):
   :data:`headwater.sinks.glue.SOURCE_COLUMNS`: positions, ``key``, ``after``,
   ``before_key`` (routing of key updates), ``sql`` and ``ts_us`` (DDL). Not ``before``:
   the glue routes and collapses by ``key`` and ``before_key`` (merge.py, "Columnar
-  collapse"); every other sink (message buses, files) writes whole changes, and then
-  nothing is pruned;
+  collapse");
+* the message-bus sinks (Kafka, NATS, Redis) read every column but ``commit_ts``: no bus
+  format writes it (``ts_us`` says the same instant; :mod:`headwater.sinks.bus.messages`),
+  and :func:`headwater.sinks.bus.spark.write_partitions` drops it anyway. Not building
+  it spares the source a timestamp column per row and the JVM its conversion from Arrow
+  (:data:`BUS_COLUMNS`). The ``change_row`` format writes every other column, so a bus
+  sink's set does not depend on its format;
+* every other sink (files) writes whole changes, and then nothing is pruned;
 * the query's observed metrics read ``database``, ``table``, ``ts_us`` and, with
   snapshot signals, ``op`` (all in the sinks' set);
 * transforms: renames, include/exclude and masks edit what is there (an image that is not
@@ -35,9 +41,11 @@ from headwater.changes.schema import CHANGE_COLUMNS
 if TYPE_CHECKING:
     from headwater.pipeline.config import PipelineConfig
 
-__all__ = ["needed_columns", "source_options"]
+__all__ = ["BUS_COLUMNS", "needed_columns", "source_options"]
 
 _ALL = tuple(name for name, _kind in CHANGE_COLUMNS)
+#: What a message-bus sink reads: every change column but ``commit_ts`` (module docstring).
+BUS_COLUMNS = tuple(name for name in _ALL if name != "commit_ts")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -45,12 +53,22 @@ def needed_columns(transforms: Sequence[Any], sinks: Sequence[Any]) -> tuple[str
     """The change columns the plan of these transforms and sinks reads, in the change
     schema's order; None: all of them (module docstring)."""
     from headwater.sinks.glue import SOURCE_COLUMNS
+    from headwater.sinks.kafka.factory import KafkaSink
+    from headwater.sinks.nats.factory import NatsSink
+    from headwater.sinks.redis.factory import RedisSink
     from headwater.sinks.sql import SqlSink
     from headwater.spark.transforms import ComputeSpec, FilterSpec, RuleSpec
 
-    if not sinks or not all(isinstance(s, SqlSink) for s in sinks):
+    if not sinks:
         return None
-    wanted = set(SOURCE_COLUMNS)
+    wanted: set[str] = set()
+    for sink in sinks:
+        if isinstance(sink, SqlSink):
+            wanted |= set(SOURCE_COLUMNS)
+        elif isinstance(sink, (KafkaSink, NatsSink, RedisSink)):
+            wanted |= set(BUS_COLUMNS)
+        else:
+            return None
     for spec in transforms:
         if isinstance(spec, RuleSpec):
             return None  # a rule sees (and may set) every column

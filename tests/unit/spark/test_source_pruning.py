@@ -1,7 +1,7 @@
 """The source's ``columns`` option and the columns a pipeline's plan reads
 (headwater.pipeline.columns): the option's parsing, the pruned batches (the same values
 as the full batch's columns), the source's Spark schema, and what a pipeline of SQL sinks,
-filters, computed columns, rules and other sinks asks for."""
+filters, computed columns, rules, message-bus sinks and other sinks asks for."""
 
 from __future__ import annotations
 
@@ -118,6 +118,11 @@ def _config(tmp_path: Path, transforms: str, sinks: str, source: str = "") -> ob
 
 MYSQL = "  - {type: mysql, host: 127.0.0.1, port: 3306, user: root}\n"
 POSTGRES = "  - {type: postgres, database: wh}\n"
+KAFKA = "  - {type: kafka, bootstrap_servers: '127.0.0.1:9092', format: debezium}\n"
+NATS = "  - {type: nats, url: 'nats://127.0.0.1:4222', stream: s}\n"
+REDIS = "  - {type: redis, host: 127.0.0.1, port: 6379}\n"
+#: What a pipeline of message-bus sinks reads: every column but commit_ts.
+BUS = [name for name in ALL if name != "commit_ts"]
 
 
 @pytest.mark.parametrize(
@@ -136,6 +141,15 @@ POSTGRES = "  - {type: postgres, database: wh}\n"
         ("  - rule: rule.py\n", MYSQL, None),
         ("  - filter: \"size(array(*)) > 0\"\n", MYSQL, None),
         ("  - rename_database: {a: b}\n", MYSQL + "  - {type: ums, path: out}\n", None),
+        ("", KAFKA + "  - {type: ums, path: out}\n", None),
+        # bus sinks: all but commit_ts, whatever the format; with a SQL sink: the union
+        ("", KAFKA, BUS),
+        ("", NATS + REDIS, BUS),
+        ("  - exclude: [v]\n", MYSQL + KAFKA, BUS),
+        # ... unless a filter names it
+        ("  - filter: \"commit_ts > TIMESTAMP '2020-01-01'\"\n", KAFKA, None),
+        ("  - filter: \"commit_ts > TIMESTAMP '2020-01-01'\"\n", MYSQL,
+         sorted({*SQL_COLUMNS, "commit_ts"}, key=ALL.index)),
     ],
 )  # fmt: skip
 def test_needed_columns_of_a_pipeline(
@@ -165,3 +179,10 @@ def test_the_pipeline_reads_and_drives_only_the_needed_columns(
     direct = DirectApply.of(config, runner.sinks)  # type: ignore[arg-type]
     assert direct is not None
     assert direct.options.columns == tuple(SQL_COLUMNS)
+
+
+def test_a_bus_pipelines_source_builds_no_commit_ts(tmp_path: Path, spark: SparkSession) -> None:
+    config = _config(tmp_path, "", KAFKA)
+    runner = PipelineRunner(config, spark=spark)  # type: ignore[arg-type]
+    assert runner.changes().columns == BUS
+    assert DirectApply.of(config, runner.sinks) is None  # type: ignore[arg-type]
