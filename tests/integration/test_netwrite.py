@@ -384,3 +384,188 @@ def test_ddl_ignore_writes_only_the_columns_the_target_has(
     got = server.query(query.format("hw_net_ign"))
     assert len(got) > 50 and len(got[0]) == 9
     assert got == server.query(query.format("hw_gen_ign"))
+
+
+# -- MariaDB: LOAD DATA LOCAL straight into the table (keys the target cannot hold yet) ----
+
+
+def count_direct(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, int]]:
+    """``(loaded, warnings)`` of each ``LOAD DATA`` the net path ran (False: rolled back)."""
+    calls: list[tuple[bool, int]] = []
+    load = netwrite._load_local
+
+    def counted(*args: Any) -> tuple[int, int]:
+        try:
+            loaded, warnings = load(*args)
+        except Exception:
+            calls.append((False, -1))
+            raise
+        calls.append((warnings == 0, warnings))
+        return loaded, warnings
+
+    monkeypatch.setattr(netwrite, "_load_local", counted)
+    return calls
+
+
+def inserts(seed: int, first_id: int, count: int, names: tuple[str, ...]) -> list[Any]:
+    """``count`` inserts of new keys from ``first_id``, every value of :func:`choices` (NUL
+    included) at least once."""
+    rnd = random.Random(seed)
+    out: list[Any] = []
+    for i in range(count):
+        key = (first_id + i, rnd.choice(["a", "b\tc", "d\\e", "f'g"]))
+        img = image(rnd, key, True, names)
+        if i < 40:  # every value in turn, and NULL
+            for c, vs in choices(True).items():
+                if c in names:
+                    img[c] = None if i % 13 == 12 else vs[i % len(vs)]
+        out.append(("insert", None, img))
+    return out
+
+
+def test_load_data_path_leaves_the_statement_paths_values_in_mariadb(
+    mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = mariadb_target
+    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in ("hw_ld", "hw_ld_gen", "hw_net_ckpt")))
+    net, general = (
+        mysql_sink(server, "hw_ld", FAST_MYSQL),
+        mysql_sink(server, "hw_ld_gen", FAST_MYSQL),
+    )
+    # Batches 1-2: new keys above the table's (LOAD DATA); batch 3 rewrites old keys and
+    # deletes some (the probe finds rows: the statements).
+    changes = inserts(1, 0, 300, FAST_MYSQL) + inserts(2, 300, 300, FAST_MYSQL)
+    rnd = random.Random(4)
+    for i in rnd.sample(range(600), 120):
+        before = changes[i][2]
+        if i % 3:
+            changes.append(
+                ("update", before, image(rnd, (before["id"], before["tag"]), True, FAST_MYSQL))
+            )
+        else:
+            changes.append(("delete", before, None))
+    loads = count_direct(monkeypatch)
+    general_writes = count_general(monkeypatch)
+    run_both(net, general, changes, 300, FAST_MYSQL)
+    assert loads == [(True, 0), (True, 0)] and general_writes == []
+    query = "SELECT * FROM {}.vals ORDER BY id, tag"
+    got, want = server.query(query.format("hw_ld")), server.query(query.format("hw_ld_gen"))
+    assert len(got) == 600 - sum(op == "delete" for op, _, _ in changes) and got == want
+    by_name = {r[8] for r in got}
+    assert {"", "nul\x00byte", "back\\slash", "\\N", "NULL", "tab\there", "\r", None} <= by_name
+    assert {"ünï €", "𝄞 emoji", "quo'te\"s", "a\\'b", "\x1a", "new\nline"} <= by_name
+    assert {2**64 - 1, 0, None} <= {r[2] for r in got}
+    assert {-(2**63), 2**63 - 1} <= {r[3] for r in got}
+    assert {b"", b"\x00\xff", b"\t\n\\'\"", bytes(range(16)), None} <= {r[10] for r in got}
+    assert {Decimal("12345678901234567890.1234567890"), Decimal("0E-10")} <= {r[7] for r in got}
+    assert {1e300, -2.5e-308, 0.1, 3.141592653589793} <= {r[5] for r in got}
+    assert {r[1] for r in got} >= {"b\tc", "d\\e", "f'g"}
+    assert server.query(MYSQL_CKPT.format("hw_ld")) == server.query(MYSQL_CKPT.format("hw_ld_gen"))
+
+
+def test_load_data_that_warns_goes_back_and_runs_the_statements(
+    mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A duplicate of a UNIQUE secondary key (the probe checks the primary key only) and,
+    outside strict mode, a value the column clips: LOAD DATA skips or clips the row with a
+    warning; the net path rolls it back and the upsert statements give the general
+    path's result."""
+    server = mariadb_target
+    dbs = ("hw_ldw", "hw_ldw_gen", "hw_net_ckpt")
+    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
+    for db in dbs[:2]:
+        server.execute(
+            f"CREATE DATABASE {db}",
+            f"CREATE TABLE {db}.vals (id INT NOT NULL, tag VARCHAR(8) NOT NULL,"
+            " big BIGINT UNSIGNED, neg BIGINT, small TINYINT, dbl DOUBLE, flt FLOAT,"
+            " amount DECIMAL(30,10), name VARCHAR(40), body TEXT, raw VARBINARY(16),"
+            " PRIMARY KEY (id, tag), UNIQUE KEY (name))",
+            f"INSERT INTO {db}.vals (id, tag, name) VALUES (5000, 'a', 'taken')",
+        )
+
+    def sink(db: str, sql_mode: str | None = None) -> MysqlSink:
+        base = mysql_sink(server, db, FAST_MYSQL)
+        session = () if sql_mode is None else (("sql_mode", sql_mode),)
+        conn = dataclasses.replace(base.config.connection, session=session)
+        return MysqlSink(dataclasses.replace(base.config, connection=conn, create_tables=False))
+
+    def batch(first_id: int, special: dict[str, Any]) -> list[Any]:
+        rnd = random.Random(first_id)
+        out = [
+            ("insert", None, {**image(rnd, (first_id + i, "a"), False, FAST_MYSQL), "name": None})
+            for i in range(50)
+        ]
+        out[20] = ("insert", None, {**out[20][2], **special})
+        return out
+
+    loads = count_direct(monkeypatch)
+    # The duplicate: the upsert updates the row holding 'taken', as the general path does.
+    changes = batch(0, {"name": "taken"})
+    run_both(sink("hw_ldw"), sink("hw_ldw_gen"), changes, 50, FAST_MYSQL)
+    assert loads == [(False, 1)]
+    query = "SELECT * FROM {}.vals ORDER BY id, tag"
+    got = server.query(query.format("hw_ldw"))
+    assert got == server.query(query.format("hw_ldw_gen"))
+    assert len(got) == 50 and [r[0] for r in got if r[8] == "taken"] == [5000]
+    # A value the column clips, outside strict mode: the statements clip it as well.
+    loads.clear()
+    server.execute("DROP DATABASE hw_net_ckpt")
+    changes = batch(100, {"name": "y" * 41, "small": 127})
+    run_both(sink("hw_ldw", ""), sink("hw_ldw_gen", ""), changes, 50, FAST_MYSQL)
+    assert loads == [(False, 1)]
+    got = server.query(query.format("hw_ldw"))
+    assert got == server.query(query.format("hw_ldw_gen")) and len(got) == 100
+    assert [r[8] for r in got if r[0] == 120] == ["y" * 40]
+
+
+def test_load_data_refused_by_the_target_runs_the_statements(
+    mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = mariadb_target
+    server.execute("DROP DATABASE IF EXISTS hw_ldr", "DROP DATABASE IF EXISTS hw_net_ckpt")
+    sink = mysql_sink(server, "hw_ldr", FAST_MYSQL)
+    sink.setup()
+    loads = count_direct(monkeypatch)
+    server.execute("SET GLOBAL local_infile = 0")
+    try:
+        for n, first_id in enumerate((0, 100)):
+            chunk = inserts(n, first_id, 100, FAST_MYSQL)
+            done = sink.apply_net(
+                [net_table(chunk, 1 + 100 * n, FAST_MYSQL)], source="src",
+                first_seq=1 + 100 * n, last_seq=100 * (n + 1), batch_id=n, shard=0,
+            )  # fmt: skip
+            assert done.upserts == 100
+    finally:
+        server.execute("SET GLOBAL local_infile = 1")
+    assert loads == [(False, -1)]  # refused once (1148), then not asked again
+    assert server.query("SELECT COUNT(*) FROM hw_ldr.vals") == [(200,)]
+
+
+def test_the_sink_connection_sends_no_file_the_server_asks_for(
+    mariadb_target: MariadbSandbox,
+) -> None:
+    """PyMySQL's own LOAD DATA LOCAL handler sends whatever file the server names; the
+    sink's connections keep it off, and ``_load_local`` sends only its own bytes."""
+    server = mariadb_target
+    server.execute("DROP DATABASE IF EXISTS hw_ldf", "CREATE DATABASE hw_ldf",
+                   "CREATE TABLE hw_ldf.f (line VARCHAR(200))")  # fmt: skip
+    sink = mysql_sink(server, "hw_ldf", FAST_MYSQL)
+    conn = sink.dialect.connect(sink.config.connection, sink.config)
+    try:
+        with conn.cursor() as cur, pytest.raises(RuntimeError, match="local_infile"):
+            cur.execute("LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE hw_ldf.f")
+    finally:
+        conn.close()
+    conn = sink.dialect.connect(sink.config.connection, sink.config)
+    try:
+        statement = b"LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE hw_ldf.f"
+        with pytest.raises(SinkError, match="asked for the local file"):
+            netwrite._load_local(conn, statement, "headwater-net-0", b"mine\n", 1 << 16)
+        conn.rollback()
+        # The name it was given: the bytes from memory.
+        statement = b"LOAD DATA LOCAL INFILE 'headwater-net-0' INTO TABLE hw_ldf.f"
+        assert netwrite._load_local(conn, statement, "headwater-net-0", b"mine\n", 2) == (1, 0)
+        conn.commit()
+    finally:
+        conn.close()
+    assert server.query("SELECT line FROM hw_ldf.f") == [("mine",)]

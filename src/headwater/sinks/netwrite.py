@@ -269,7 +269,8 @@ class _Writer:
         rows = rows.select(list(columns))
         if self.mysql:
             if _mysql_fast(plan.tdef, rows, columns):
-                self._mysql_statements(plan, rows, columns, delete=False)
+                if not self._mysql_direct(plan, rows, columns):
+                    self._mysql_statements(plan, rows, columns, delete=False)
                 return count
         elif _pg_fast(plan.tdef, rows, columns):
             self._pg_copy(plan, rows, columns, delete=False)
@@ -386,6 +387,71 @@ class _Writer:
                     plan, rows.slice(start, stop - start), columns, delete, exc, text
                 ) from exc
 
+    def _mysql_direct(self, plan: _Plan, rows: pa.Table, columns: tuple[str, ...]) -> bool:
+        """Upserts of keys the target cannot hold yet: ``LOAD DATA LOCAL INFILE`` straight
+        into the table (the server's own bulk insert: one parse of a text stream instead
+        of the statements' SQL parse and duplicate-key handling), when the first key
+        column is an integer without NULLs, the values are finite and the table has no
+        row in the first key column's range of the upserts (one index probe, as
+        :meth:`_pg_direct`; other shards write disjoint keys). True when loaded.
+
+        The text is :func:`copy_text`'s (``LOAD DATA`` reads the same escapes: MySQL
+        manual "LOAD DATA", "Field and Line Handling": ``\\N`` NULL, ``\\\\``, ``\\t``,
+        ``\\n``, ``\\r``), loaded ``CHARACTER SET binary`` with the text columns set
+        through ``CONVERT(@v USING utf8mb4)`` (the Arrow strings are UTF-8, as the
+        statements' literals on the utf8mb4 connection; the server converts to the
+        column's charset as it does for them), ``ESCAPED BY``/``TERMINATED BY`` given as
+        hex literals so ``NO_BACKSLASH_ESCAPES`` cannot change them.
+
+        With ``LOCAL`` the server turns duplicate keys and data errors into warnings and
+        skips or clips the row ("Duplicate-Key and Error Handling": LOCAL has the effect
+        of IGNORE). So the load runs under a savepoint and any warning, a row count other
+        than the rows sent, or an error that is not retryable goes back to it; False then,
+        and the statements run (which raise what they raise for the same rows). A target
+        that refuses LOCAL (``local_infile`` off: :data:`_LOCAL_REFUSED`) is remembered for
+        the sink and not asked again. The bytes never touch a file:
+        :func:`_load_local` sends them from memory, and only when the server asks for the
+        name this statement gave (see there for the connection's ``local_infile``)."""
+        sink: Any = self.sink
+        first = plan.net.key[0]
+        values = rows.column(first)
+        if getattr(sink, "_no_local_infile", False) or first not in columns:
+            return False
+        if not pa.types.is_integer(values.type) or values.null_count:
+            return False
+        for name in columns:
+            v = rows.column(name)
+            if pa.types.is_floating(v.type) and pc.any(pc.invert(pc.is_finite(v))).as_py():
+                return False
+        cur, dialect = self.cur, self.dialect
+        bounds = pc.min_max(values).as_py()
+        cur.execute(
+            f"SELECT 1 FROM {plan.ref} WHERE {dialect.ident(first)} BETWEEN %s AND %s LIMIT 1",
+            (bounds["min"], bounds["max"]),
+        )
+        if cur.fetchone() is not None:
+            return False
+        text = copy_text(rows, columns)
+        name = f"headwater-net-{next(_STAGES)}"
+        statement = _load_sql(name, plan.ref, plan.tdef, rows, columns, dialect.ident)
+        cur.execute("SAVEPOINT hw_direct")
+        try:
+            loaded, warnings = _load_local(
+                cur.connection, statement, name, text, min(1 << 20, self._max_packet() // 2)
+            )
+        except Exception as exc:
+            if dialect.retryable(exc) is not False:
+                raise
+            cur.execute("ROLLBACK TO SAVEPOINT hw_direct")
+            code = exc.args[0] if exc.args else None
+            if code in _LOCAL_REFUSED:
+                sink._no_local_infile = True
+            return False
+        if warnings or loaded != rows.num_rows:
+            cur.execute("ROLLBACK TO SAVEPOINT hw_direct")
+            return False
+        return True
+
     def _max_packet(self) -> int:
         if self._packet is None:
             self.cur.execute("SELECT @@max_allowed_packet")
@@ -479,6 +545,93 @@ def _chunks(tuples: pa.Array, limit: int) -> Iterator[tuple[int, int, bytes]]:
         stop = min(n, max(stop, start + 1))
         yield start, stop, data[base : int(offsets[stop])].to_pybytes()
         start = stop
+
+
+# -- MySQL/MariaDB: LOAD DATA LOCAL from memory ------------------------------------------------
+
+#: ``LOAD DATA LOCAL`` refused by the server's setting: ER_NOT_ALLOWED_COMMAND (1148,
+#: MySQL 5.7, older MariaDB), ER_CLIENT_LOCAL_FILES_DISABLED (3948, MySQL 8.0),
+#: ER_LOAD_INFILE_CAPABILITY_DISABLED (4166, MariaDB 10.5+: "The used command is not
+#: allowed because the MariaDB server or client has disabled the local infile
+#: capability", seen with ``SET GLOBAL local_infile = 0``).
+_LOCAL_REFUSED = frozenset({1148, 3948, 4166})
+
+
+def _load_sql(
+    name: str,
+    ref: str,
+    tdef: TableDef,
+    rows: pa.Table,
+    columns: Sequence[str],
+    ident: Callable[[str], str],
+) -> bytes:
+    """The ``LOAD DATA LOCAL INFILE`` statement of :func:`copy_text`'s text of ``rows``
+    (:meth:`_Writer._mysql_direct`)."""
+    targets: list[str] = []
+    sets: list[str] = []
+    for i, c in enumerate(columns):
+        if _kind(tdef.column(c), rows.schema.field(c).type) == "text":  # type: ignore[arg-type]
+            targets.append(f"@hw{i}")
+            sets.append(f"{ident(c)} = CONVERT(@hw{i} USING utf8mb4)")
+        else:
+            targets.append(ident(c))
+    sql = (
+        f"LOAD DATA LOCAL INFILE '{name}' INTO TABLE {ref} CHARACTER SET binary"
+        " FIELDS TERMINATED BY x'09' ESCAPED BY x'5c' LINES TERMINATED BY x'0a'"
+        f" ({', '.join(targets)})"
+    )
+    return (sql + (f" SET {', '.join(sets)}" if sets else "")).encode()
+
+
+def _load_local(
+    conn: Any, statement: bytes, name: str, data: bytes, packet: int
+) -> tuple[int, int]:
+    """Run ``statement`` (a ``LOAD DATA LOCAL INFILE '<name>'``) on the PyMySQL
+    connection ``conn`` and answer the server's request for the file with ``data``, in
+    packets of ``packet`` bytes. Returns the rows loaded and the warning count.
+
+    Security: PyMySQL's own handler (``local_infile=True``) opens and sends *whatever
+    file the server names* in its request, on any statement (``_send_local_file`` of
+    ``pymysql.connections``: no check against the statement), so a hostile or
+    compromised target could read any file the worker can. The sink's connections
+    therefore announce ``CLIENT_LOCAL_FILES`` (the server refuses ``LOCAL`` otherwise)
+    but keep PyMySQL's handler off (``MysqlDialect.connect``): a request on any other
+    statement gets PyMySQL's error. This function reads the result of its own
+    statement only, sends ``data`` from memory when the request names ``name``, and
+    sends nothing (an empty file, then an error) for any other name; no file is ever
+    opened."""
+    from pymysql.connections import MySQLResult
+    from pymysql.constants import COMMAND
+    from pymysql.protocol import LoadLocalPacketWrapper
+
+    asked: list[bytes] = []
+
+    class _Result(MySQLResult):  # type: ignore[misc]
+        def _read_load_local_packet(self, first_packet: Any) -> None:
+            conn = self.connection
+            filename = LoadLocalPacketWrapper(first_packet).filename
+            asked.append(filename)
+            try:
+                if filename == name.encode():
+                    view = memoryview(data)
+                    for start in range(0, len(view), packet):
+                        conn.write_packet(bytes(view[start : start + packet]))
+            finally:
+                conn.write_packet(b"")  # end of the file
+                ok = conn._read_packet()  # raises the server's error
+            self._read_ok_packet(ok)
+
+    conn._execute_command(COMMAND.COM_QUERY, statement)
+    result = _Result(conn)
+    conn._result = None
+    result.read()
+    conn._result = result
+    if result.server_status is not None:
+        conn.server_status = result.server_status
+    conn._affected_rows = result.affected_rows
+    if asked != [name.encode()]:
+        raise SinkError(f"the target asked for the local file {asked!r}, not {name!r}")
+    return int(result.affected_rows or 0), int(result.warning_count or 0)
 
 
 # -- rendering --------------------------------------------------------------------------------

@@ -63,7 +63,12 @@ class MysqlDialect(SqlDialect):
     runs_mysql_ddl = True
 
     def connect(self, options: TargetConnection, config: SqlSinkConfig) -> Any:
-        conn = options.connect_mysql(autocommit=False)
+        # CLIENT_LOCAL_FILES announced (the server refuses LOAD DATA LOCAL otherwise; the
+        # net-effect write loads from memory: headwater.sinks.netwrite._load_local), but
+        # PyMySQL's own handler, which sends whatever file the server names on any
+        # statement, switched off again: only _load_local answers, for its own statement.
+        conn = options.connect_mysql(autocommit=False, local_infile=True)
+        conn._local_infile = False
         try:
             with conn.cursor() as cur:
                 zero = config.zero_dates == "keep"
