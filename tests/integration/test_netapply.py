@@ -28,7 +28,7 @@ from headwater.config import FilterConfig
 from headwater.pipeline.columns import source_options
 from headwater.pipeline.config import load_pipeline_config
 from headwater.pipeline.direct import DirectApply, spark_shard
-from headwater.pipeline.netapply import NetApply
+from headwater.pipeline.netapply import NetApply, net_tables
 from headwater.pipeline.runner import PipelineRunner
 from headwater.sandbox import MariadbSandbox
 from headwater.spark.offsets import parse_options
@@ -214,6 +214,7 @@ def test_net_batches_give_the_state_the_row_path_gives(
         done = net_path.batches[1]
         assert done.rows_in > 300 and done.rows_out == done.rows_in
         assert set(done.tables_in) == {f"{db}.acct", f"{db}.tags"}
+        _walks_agree(net_path, done.tables_in)
 
         # the batch again: every shard's checkpoint skips it
         dst = paths[True][0]
@@ -262,6 +263,38 @@ def test_net_batches_give_the_state_the_row_path_gives(
         mariadb_target.execute(  # (other tests' pipelines read other tasks named "task")
             "DELETE FROM headwater.headwater_checkpoint WHERE pipeline LIKE 'netpath\\_%'"
         )
+
+
+def _walks_agree(net_path: NetApply, tables_in: dict[str, int]) -> None:
+    """Batch 1's net effect per shard is the same walked in C (walk.c, each table into its
+    own scanner) as in Python, with the payloads kept or read again (KEEP_BYTES 0)."""
+    from headwater.spark import asofscan
+    from headwater.spark.logaccess import open_log
+
+    plan = net_path.plan_of(1)
+    assert plan is not None
+    plan = replace(plan, shards=2)
+    keep = asofscan.KEEP_BYTES
+    removed = 0
+    for shard in (0, 1):
+        got = []
+        for in_c, keep_bytes in ((False, keep), (True, keep), (True, 0)):
+            asofscan.WALK_IN_C, asofscan.KEEP_BYTES = in_c, keep_bytes
+            log = open_log(plan.options)
+            try:
+                read = net_tables(plan, shard, log)
+            finally:
+                asofscan.WALK_IN_C, asofscan.KEEP_BYTES = True, keep
+                log.close()
+            assert read.tables_in == tables_in
+            got.append({
+                (t.database, t.table): (t.upserts.to_pylist(), t.removes.to_pylist())
+                for t in read.tables
+            })  # fmt: skip
+        assert got[1] == got[0] and got[2] == got[0]
+        assert sum(len(u) for u, _r in got[0].values()) > 3
+        removed += sum(len(r) for _u, r in got[0].values())
+    assert removed > 0
 
 
 def test_a_mask_transform_takes_the_existing_path(tmp_path: Path) -> None:

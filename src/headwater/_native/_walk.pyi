@@ -11,11 +11,13 @@ def walk(
     payload: bytes,
     pos: int,
     table_id_size: int,
-    tables: dict[int, tuple[int, Any, int] | None],
+    tables: dict[int, Any],  # id -> None or (index, Shape, width[, scanner])
     scanner: Any,
     ordinal: int,
     out: bytearray,
     expected: int,
+    stop_query: bool = False,
     /,
 ) -> tuple[int, int, int]:
-    """The rows events of ``payload`` from ``pos`` fed to ``scanner`` (walk.c)."""
+    """The rows events of ``payload`` from ``pos`` fed to ``scanner``, or to a table
+    entry's own scanner (its fourth item); ``stop_query``: stop at QUERY events (walk.c)."""

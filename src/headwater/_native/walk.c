@@ -25,7 +25,12 @@
  * Per event taken, the walk calls scanner.scan(op, shape, shape | None, payload, pos, end,
  * ordinal) (its ValueError propagates) and appends six native int64s to `out`: the map's
  * index, op, the body's start, the first row image's start, the event's end (offsets in
- * the payload) and the rows scan counted.
+ * the payload) and the rows scan counted. A table entry of four items, (index, Shape,
+ * width, scanner), names its own scanner (the net-effect apply walks every table of a
+ * batch at once, one Scanner per table: headwater/pipeline/netapply.py); `stop_query`
+ * (optional, default 0) stops at QUERY events too (type 2, and MariaDB's
+ * QUERY_COMPRESSED_EVENT 165: MariaDB sql/log_event.h Log_event_type), status SLOW, for
+ * the caller to look for DDL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -73,10 +78,11 @@ static int op_of(int code) {
 static PyObject *walk(PyObject *module, PyObject *args) {
     PyObject *payload, *tables, *scanner, *out;
     Py_ssize_t pos, expected;
-    int id_size;
+    int id_size, stop_query = 0;
     long long ordinal;
-    if (!PyArg_ParseTuple(args, "SniO!OLO!n:walk", &payload, &pos, &id_size, &PyDict_Type,
-                          &tables, &scanner, &ordinal, &PyByteArray_Type, &out, &expected))
+    if (!PyArg_ParseTuple(args, "SniO!OLO!n|p:walk", &payload, &pos, &id_size, &PyDict_Type,
+                          &tables, &scanner, &ordinal, &PyByteArray_Type, &out, &expected,
+                          &stop_query))
         return NULL;
     if (id_size != 4 && id_size != 6) {
         PyErr_SetString(PyExc_ValueError, "table_id_size must be 4 or 6");
@@ -96,6 +102,7 @@ static PyObject *walk(PyObject *module, PyObject *args) {
         if (size < HEADER || size > len - start) { status = SLOW; break; }
         int code = buf[start + 4];
         if (code == 19) { status = TABLE_MAP; break; }
+        if (stop_query && (code == 2 || code == 165)) { status = SLOW; break; }
         int op = op_of(code);
         if (op < 0) {
             if (code == 39 || (code >= 166 && code <= 171)) {
@@ -126,10 +133,10 @@ static PyObject *walk(PyObject *module, PyObject *args) {
         }
         if (entry == Py_None) { pos = end; continue; }
         Py_ssize_t index, width;
-        PyObject *shape;
+        PyObject *shape, *own = scanner;
         if (!PyTuple_Check(entry) ||
-            !PyArg_ParseTuple(entry, "nOn;a table entry is (index, Shape, width)", &index, &shape,
-                              &width))
+            !PyArg_ParseTuple(entry, "nOn|O;a table entry is (index, Shape, width[, scanner])",
+                              &index, &shape, &width, &own))
             return NULL;
         if (v2) {
             Py_ssize_t extra = (Py_ssize_t)le(buf + p, 2);
@@ -154,7 +161,7 @@ static PyObject *walk(PyObject *module, PyObject *args) {
                              PyLong_FromSsize_t(end), PyLong_FromLongLong(ordinal)};
         PyObject *rows = NULL;
         if (nums[0] && nums[1] && nums[2] && nums[3]) {
-            PyObject *call[8] = {scanner, nums[0], shape, op == OP_UPDATE ? shape : Py_None,
+            PyObject *call[8] = {own, nums[0], shape, op == OP_UPDATE ? shape : Py_None,
                                  payload, nums[1], nums[2], nums[3]};
             rows = PyObject_VectorcallMethod(scan_name, call,
                                              8, NULL);
@@ -176,7 +183,7 @@ static PyObject *walk(PyObject *module, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
-     "walk(payload, pos, table_id_size, tables, scanner, ordinal, out, expected)"
+     "walk(payload, pos, table_id_size, tables, scanner, ordinal, out, expected[, stop_query])"
      " -> (status, pos, ordinal)"},
     {NULL},
 };

@@ -48,7 +48,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from headwater.changes.sequence import ROW_BITS, ROW_LIMIT
 from headwater.errors import ConfigError, SinkError, TruncatedError
@@ -62,9 +62,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
+    from headwater.binlog.tablemap import TableMap
     from headwater.pipeline.config import PipelineConfig
     from headwater.schema.model import TableDef
     from headwater.sinks.netwrite import NetTable
+    from headwater.spark.asofscan import _Walked
     from headwater.spark.offsets import SourceOptions
     from headwater.spark.transforms import TransformSpec
 
@@ -209,7 +211,7 @@ class _State:
                  log: Any) -> None:  # fmt: skip
         from headwater._native._lastwrite import Scanner
         from headwater.spark.asofread import read_spec
-        from headwater.spark.asofscan import ScanSpec, _Walker, key_scan_kinds
+        from headwater.spark.asofscan import ScanSpec, _FastWalker, _Walker, key_scan_kinds
 
         name = f"{definition.database}.{definition.table}"
         if not key_scan_kinds([definition]):
@@ -232,37 +234,90 @@ class _State:
                                ascii_only, plan.shards, shard)  # fmt: skip
         except UnicodeError:
             raise NetRefused(f"{name}: a name that is not UTF-8") from None
+        self.fast = _FastWalker(self.spec, log)
         self.events: list[Any] = []
         self.counts: list[int] = []
         #: _Table per TABLE_MAP object seen
         self.tables: dict[int, tuple[Any, Any]] = {}
+        #: with the C walk: this table's places in _Walked.tables, and the rows of its
+        #: events walked in Python
+        self.indexes: list[int] = []
+        self.slow_rows = 0
 
-    def add(self, code: int, body: Any, tm: Any, rec: Any, size: int, log: Any) -> None:
+    def table_of(self, tm: Any, rec: Any, log: Any) -> Any:
+        """The asofscan ``_Table`` of ``tm`` (made once per TABLE_MAP object)."""
         from headwater.spark.asofscan import _Table
 
         hit = self.tables.get(id(tm))
         if hit is None or hit[0] is not tm:
             columns = log.schema.columns_for(tm, rec.position) if log.schema else None
             hit = self.tables[id(tm)] = (tm, _Table(self.spec, tm, columns))
+        return hit[1]
+
+    def add(self, code: int, body: Any, tm: Any, rec: Any, size: int, log: Any,
+            ordinal: int | None = None) -> tuple[Any, int]:  # fmt: skip
+        """Walks one rows event in Python into the key pass: at ``ordinal`` (the C
+        walk's, then kept by the caller), or at the next of :attr:`counts`."""
+        table = self.table_of(tm, rec, log)
         try:
-            event = self.walker._event(code, body, hit[1], rec,
+            event = self.walker._event(code, body, table, rec,
                                        len(self.definition.columns), size)  # fmt: skip
-            self.counts.append(event.scan(self.scanner, len(self.counts)))
+            count = event.scan(self.scanner, len(self.counts) if ordinal is None else ordinal)
         except ConfigError as exc:  # a MINIMAL/NOBLOB image, a key column missing
             raise NetRefused(str(exc)) from None
         except TruncatedError as exc:
             if str(exc).startswith("unroutable key"):
                 raise NetRefused(f"{self.spec.table}: {exc}") from None
             raise
-        self.events.append(event)
+        if ordinal is None:
+            self.counts.append(count)
+            self.events.append(event)
+        else:
+            self.slow_rows += count
+        return event, count
 
-    def net_table(self, position: Any) -> NetTable:
+    def entry(self, tm: Any, rec: Any, log: Any, walked: _Walked,
+              index: dict[int, int]) -> tuple[int, Any, int, Any] | None:  # fmt: skip
+        """The C walk's entry of ``tm`` (walk.c: its place in ``walked.tables``, the
+        full image's shape, its width, this table's scanner), or None: its events go
+        the Python way (a width other than the definition's, a key column the key pass
+        does not read), which refuses them."""
+        if tm.column_count != len(self.definition.columns):
+            return None
+        table = self.table_of(tm, rec, log)
+        try:
+            shape = table.shape(tuple(range(tm.column_count)))
+        except ConfigError:
+            return None
+        at = index.get(id(shape))
+        if at is None:
+            at = index[id(shape)] = len(walked.tables)
+            walked.tables.append((table, shape))
+            self.indexes.append(at)
+        return (at, shape.compiled, tm.column_count, self.scanner)
+
+    def rows(self, walked: _Walked | None) -> int:
+        """The change rows of this table's events in the range."""
+        if walked is None:
+            return sum(self.counts)
+        import numpy as np
+
+        if not self.indexes or not walked.events:
+            return self.slow_rows
+        events = np.frombuffer(walked.events, dtype=np.int64).reshape(-1, 6)
+        mine = np.isin(events[:, 0], self.indexes)
+        return self.slow_rows + int(events[mine, 5].sum())
+
+    def net_table(self, position: Any, walked: _Walked | None) -> NetTable:
         import pyarrow as pa
 
         from headwater.sinks.netwrite import NetTable
 
         target = self.target
-        parts = list(self.walker.survivors(self.scanner, self.counts, self.events))
+        if walked is None:
+            parts = list(self.walker.survivors(self.scanner, self.counts, self.events))
+        else:
+            parts = list(self.fast.survivors_of(self.scanner, walked))
         schema = self.spec.arrow_schema()
         physical = pa.concat_tables(parts) if parts else schema.empty_table()
         for c in self.spec.columns:
@@ -315,10 +370,13 @@ class _State:
 def net_tables(plan: NetPlan, shard: int, log: Any) -> NetRead:
     """The net effect of ``plan``'s range on the keys of ``shard`` (raises
     :class:`NetRefused`). One walk of the range: every wanted table's rows events go
-    through its key pass; then each table's survivors are decoded."""
+    through its key pass (walked in C, ``_native/walk.c``, as the replay's key pass, when
+    :data:`headwater.spark.asofscan.WALK_IN_C`; anything unusual, and every TABLE_MAP and
+    QUERY event, the Python way); then each table's survivors are decoded."""
     from headwater.binlog.events import DecodeContext, QueryEvent, parse_event
     from headwater.binlog.rows import ROWS_EVENT_TYPES, rows_event_table_id
     from headwater.changes import is_ddl, iter_payload_events
+    from headwater.spark import asofscan
 
     want = plan.options.tables
     schema = log.schema
@@ -330,6 +388,55 @@ def net_tables(plan: NetPlan, shard: int, log: Any) -> NetRead:
     out = NetRead([])
     version: int | None = None
     first_position = None
+    walked = asofscan._Walked(bytearray(), [], [], {}, []) if asofscan.WALK_IN_C else None
+    index: dict[int, int] = {}  # id(_Shape) -> its place in walked.tables
+    ordinal = 0  # the C walk's: every table's rows events counted in log order
+    held = 0
+
+    def one(raw: Any, ctx: DecodeContext, rec: Any, size: int,
+            ordinal: int) -> tuple[Any, _State | None, int]:  # fmt: skip
+        """One event the Python way, at ``ordinal`` with the C walk: ``(its TableMap,
+        its table's state, the next ordinal)``, the first two None for an event of no
+        wanted table."""
+        code = raw.type_code
+        if code == _TABLE_MAP:
+            parse_event(raw, ctx)
+            return None, None, ordinal
+        if code in _QUERY:
+            event = parse_event(raw, ctx)
+            if isinstance(event, QueryEvent) and is_ddl(event):
+                raise NetRefused(f"a DDL statement in store record {rec.seq}")
+            return None, None, ordinal
+        if code not in ROWS_EVENT_TYPES:
+            return None, None, ordinal
+        tm = ctx.table_maps.get(rows_event_table_id(raw.body, table_id_size=size))
+        if tm is None:
+            parse_event(raw, ctx)  # raises: a rows event without its TABLE_MAP
+            return None, None, ordinal
+        name = (tm.schema, tm.table)
+        if name not in states:
+            state = None
+            if want(*name):
+                definition = schema.table_at(tm.schema, tm.table, rec.position)
+                if definition is None:
+                    raise NetRefused(f"{tm.schema}.{tm.table}: no definition")
+                state = _State(plan, shard, definition, rec.schema_version, log)
+                order.append(state)
+            states[name] = state
+        state = states[name]
+        if state is None:
+            return tm, None, ordinal
+        if code == _PARTIAL_UPDATE_ROWS:
+            raise NetRefused(f"{tm.schema}.{tm.table}: a partial JSON update")
+        if walked is None:
+            state.add(code, raw.body, tm, rec, size, log)
+        else:
+            event, count = state.add(code, raw.body, tm, rec, size, log, ordinal)
+            walked.slow[ordinal] = (event, count)
+            walked.events += asofscan._SLOW_ROW.pack(-1, event.op, 0, 0, 0, count)
+            ordinal += 1
+        return tm, state, ordinal
+
     for rec in log.records(plan.first_seq, plan.end_seq):
         if not want.record_wanted(rec.tables):
             continue
@@ -343,47 +450,83 @@ def net_tables(plan: NetPlan, shard: int, log: Any) -> NetRead:
             out.newest_ts_us = rec.ts_us
         ctx = DecodeContext(fde=log.fde, table_map_cache=maps)
         size = ctx.table_id_size
-        for raw in iter_payload_events(rec.payload, source=None):
-            code = raw.type_code
-            if code == _TABLE_MAP:
-                parse_event(raw, ctx)
-                continue
-            if code in _QUERY:
-                event = parse_event(raw, ctx)
-                if isinstance(event, QueryEvent) and is_ddl(event):
-                    raise NetRefused(f"a DDL statement in store record {rec.seq}")
-                continue
-            if code not in ROWS_EVENT_TYPES:
-                continue
-            tm = ctx.table_maps.get(rows_event_table_id(raw.body, table_id_size=size))
-            if tm is None:
-                parse_event(raw, ctx)  # raises: a rows event without its TABLE_MAP
-                continue
-            name = (tm.schema, tm.table)
-            if name not in states:
-                state = None
-                if want(*name):
-                    definition = schema.table_at(tm.schema, tm.table, rec.position)
-                    if definition is None:
-                        raise NetRefused(f"{tm.schema}.{tm.table}: no definition")
-                    state = _State(plan, shard, definition, rec.schema_version, log)
-                    order.append(state)
-                states[name] = state
-            state = states[name]
-            if state is None:
-                continue
-            if code == _PARTIAL_UPDATE_ROWS:
-                raise NetRefused(f"{tm.schema}.{tm.table}: a partial JSON update")
-            state.add(code, raw.body, tm, rec, size, log)
+        if walked is None:
+            for raw in iter_payload_events(rec.payload, source=None):
+                one(raw, ctx, rec, size, 0)
+            continue
+        ordinal = _walk_record(rec, ctx, size, walked, ordinal, one, states, index, log)
+        if walked.payloads is not None:
+            held += len(walked.payloads[-1])
+            if held > asofscan.KEEP_BYTES:
+                walked.payloads = None
     for state in order:
-        rows = sum(state.counts)
+        rows = state.rows(walked)
         source = f"{state.definition.database}.{state.definition.table}"
         target = f"{state.target.database}.{state.target.table}"
         if rows:
             out.tables_in[source] = out.tables_in.get(source, 0) + rows
             out.tables_out[target] = out.tables_out.get(target, 0) + rows
-        out.tables.append(state.net_table(first_position))
+        out.tables.append(state.net_table(first_position, walked))
     return out
+
+
+def _walk_record(rec: Any, ctx: Any, size: int, walked: _Walked, ordinal: int,
+                 one: Any, states: dict[tuple[str, str], _State | None],
+                 index: dict[int, int], log: Any) -> int:  # fmt: skip
+    """:func:`net_tables`' walk of one record in C (walk.c, each table's events into its
+    own scanner); returns the next ordinal. The record's payload is appended to
+    ``walked.payloads`` while they are kept (the caller drops them past KEEP_BYTES)."""
+    from headwater._native._lastwrite import UNROUTABLE
+    from headwater._native._walk import DONE, TABLE_MAP, walk
+    from headwater.binlog.events import parse_event
+    from headwater.changes import iter_payload_events
+
+    payload = rec.payload
+    payload = payload if type(payload) is bytes else bytes(payload)
+    walked.firsts.append(ordinal)
+    if walked.payloads is not None:
+        walked.payloads.append(payload)
+    ids: dict[int, Any] = {}
+    pos = 0
+    while True:
+        try:
+            # every entry names its table's scanner: the walk's own is never used
+            status, pos, ordinal = walk(payload, pos, size, ids, None, ordinal, walked.events,
+                                        -1, True)  # fmt: skip
+        except ValueError as exc:
+            if str(exc).startswith(UNROUTABLE):
+                raise NetRefused(str(exc)) from None
+            raise TruncatedError(str(exc)) from None
+        if status == DONE:
+            return ordinal
+        # the event the C walk stopped at, framed (and refused) the Python way
+        raw = next(iter_payload_events(memoryview(payload)[pos:], source=None))
+        pos += 4 + int.from_bytes(payload[pos : pos + 4], "little")
+        if status == TABLE_MAP:
+            tm = cast("TableMap", parse_event(raw, ctx))  # a TABLE_MAP parses to one
+            ids.pop(tm.table_id, None)
+            # a table not seen yet: its first rows event goes the Python way (which
+            # makes its state, or refuses), then the id is mapped
+            name = (tm.schema, tm.table)
+            if name not in states:
+                continue
+            known = states[name]
+            if known is None:
+                ids[tm.table_id] = None
+            else:
+                entry = known.entry(tm, rec, log, walked, index)
+                if entry is not None:
+                    ids[tm.table_id] = entry
+            continue
+        tm, state, ordinal = one(raw, ctx, rec, size, ordinal)
+        if tm is None or tm.table_id in ids:
+            continue
+        if state is None:
+            ids[tm.table_id] = None
+        else:
+            entry = state.entry(tm, rec, log, walked, index)
+            if entry is not None:
+                ids[tm.table_id] = entry
 
 
 # --- the Spark job -------------------------------------------------------------------------

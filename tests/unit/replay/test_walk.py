@@ -178,3 +178,31 @@ def test_truncated_or_flipped_payloads_stop_or_raise_never_crash(
         assert "past the end" in str(exc) or "rows" in str(exc) or "key" in str(exc)
     else:
         assert status in (DONE, TABLE_MAP, SLOW) and 0 <= pos <= len(payload)
+
+
+def test_an_entry_with_its_own_scanner_feeds_that_scanner() -> None:
+    """The net-effect apply's walk: one scanner per table (a four-item entry)."""
+    payload = (
+        rows_event(INSERT, image(1, "a"))
+        + rows_event(INSERT, image(2, "b"), table_id=9)
+        + rows_event(DELETE, image(1, None))
+    )
+    first, second = Scanner(1, 0), Scanner(1, 0)
+    tables = {TABLE_ID: (0, SHAPE, 2, first), 9: (1, SHAPE, 2, second)}
+    status, pos, ordinal, rows = run(payload, tables, None)  # type: ignore[arg-type]
+    assert (status, pos, ordinal) == (DONE, len(payload), 3)
+    assert [struct.unpack("<6q", r)[:2] for r in rows] == [(0, INSERT), (1, INSERT), (0, DELETE)]
+    assert (first.keys, second.keys) == (1, 1)
+    # key 1 ends removed (ordinal 2) in the first; key 2 put at ordinal 1 in the second
+    assert first.survivors()[0] == b""
+    assert struct.unpack("<q", second.survivors()[0]) == (1 << 32,)
+
+
+def test_stop_query_stops_at_query_events_only_when_asked() -> None:
+    lead = rows_event(INSERT, image(1, "a"))
+    for code in (2, 165):  # QUERY_EVENT, MariaDB's QUERY_COMPRESSED_EVENT
+        payload = lead + event(code, b"BEGIN") + rows_event(INSERT, image(2, "b"))
+        out = bytearray()
+        assert walk(payload, 0, 6, ENTRY, Scanner(1, 0), 0, out, -1) == (DONE, len(payload), 2)
+        got = walk(payload, 0, 6, ENTRY, Scanner(1, 0), 0, bytearray(), -1, True)
+        assert got == (SLOW, len(lead), 1)
