@@ -17,10 +17,11 @@ class Shape:
     def __init__(self, widths: tuple[int, ...], keys: tuple[tuple[int, int], ...], /) -> None: ...
 
 class Scanner:
-    """The last write per key of the keys hashed to ``part`` of ``parts`` (lastwrite.c)."""
+    """The last write per key of the keys hashed to ``part`` of ``parts`` (lastwrite.c);
+    ``hint``: the keys expected (sizes its table up front; any value gives the same result)."""
 
     keys: int
-    def __init__(self, parts: int, part: int, /) -> None: ...
+    def __init__(self, parts: int, part: int, hint: int = 0, /) -> None: ...
     def scan(
         self,
         op: int,

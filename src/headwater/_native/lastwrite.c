@@ -519,9 +519,16 @@ static void Scanner_dealloc(Scanner *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The most keys a size hint sizes the table for (2^24: a table of 2^25 48-byte entries,
+ * 1.5 GiB); more keys than that grow the table as without a hint. */
+#define HINT_MAX ((unsigned long long)1 << 24)
+
+/* Scanner(parts, part, hint=0): `hint`, the keys this part is expected to hold (the
+ * caller's estimate from the records' row counts), sizes the table up front so that it
+ * is not rehashed as it fills (a wrong hint costs memory or growth, never a result). */
 static PyObject *Scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    unsigned long long parts, part;
-    if (!PyArg_ParseTuple(args, "KK:Scanner", &parts, &part)) return NULL;
+    unsigned long long parts, part, hint = 0;
+    if (!PyArg_ParseTuple(args, "KK|K:Scanner", &parts, &part, &hint)) return NULL;
     if (parts < 1 || part >= parts) {
         PyErr_SetString(PyExc_ValueError, "part must be in [0, parts)");
         return NULL;
@@ -531,6 +538,8 @@ static PyObject *Scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->parts = parts;
     self->part = part;
     self->cap = 1024;
+    if (hint > HINT_MAX) hint = HINT_MAX;
+    while ((hint + 1) * 10 > self->cap * 7) self->cap *= 2; /* record_write's load limit */
     self->table = PyMem_Calloc(self->cap, sizeof(Entry));
     self->vb = PyMem_Calloc(64, sizeof(Val));
     self->va = PyMem_Calloc(64, sizeof(Val));
@@ -1038,7 +1047,8 @@ static PyTypeObject ScannerType = {
     .tp_basicsize = sizeof(Scanner),
     .tp_dealloc = (destructor)Scanner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Scanner(parts, part): the last write per key of the keys hashed to `part`",
+    .tp_doc = "Scanner(parts, part, hint=0): the last write per key of the keys hashed to "
+              "`part` (`hint`: the keys expected, to size the table)",
     .tp_new = Scanner_new,
     .tp_methods = Scanner_methods,
     .tp_getset = Scanner_getset,

@@ -179,6 +179,9 @@ class NetPlan:
     transforms: tuple[TransformSpec, ...]
     shards: int
     batch_id: int
+    #: change rows per source ``db.table`` in the range (the records' table lists): the
+    #: key pass's size hint (Scanner's)
+    rows: tuple[tuple[str, int], ...] = ()
 
     @property
     def first_sequence(self) -> int:
@@ -210,6 +213,7 @@ class _State:
     def __init__(self, plan: NetPlan, shard: int, definition: TableDef, version: int,
                  log: Any) -> None:  # fmt: skip
         from headwater._native._lastwrite import Scanner
+        from headwater.spark import asofscan
         from headwater.spark.asofread import read_spec
         from headwater.spark.asofscan import ScanSpec, _FastWalker, _Walker, key_scan_kinds
 
@@ -228,7 +232,8 @@ class _State:
         self.walker = _Walker(self.spec, log)
         by_name = {c.name: c for c in definition.columns}
         ascii_only = tuple(by_name[k].charset == "ascii" for k in definition.primary_key)
-        self.scanner = Scanner(1, 0)
+        hint = dict(plan.rows).get(name, 0) // plan.shards if asofscan.SIZE_HINT else 0
+        self.scanner = Scanner(1, 0, hint)
         try:
             self.scanner.route(self.target.database, self.target.table, self.target.key,
                                ascii_only, plan.shards, shard)  # fmt: skip
@@ -637,10 +642,12 @@ class NetApply:
         if schema is None:
             return None
         want = self.options.tables
+        rows: dict[str, int] = {}
         for rec in self._log.records(begin.seq, end.seq):
             if not want.record_wanted(rec.tables):
                 continue
-            for name, _rows in rec.tables:
+            for name, n in rec.tables:
+                rows[name] = rows.get(name, 0) + n
                 key = (name, rec.schema_version)
                 if key not in self._tables:
                     self._tables[key] = self._table_refused(name, rec.position)
@@ -648,7 +655,8 @@ class NetApply:
                 if why is not None:
                     log.debug("batch %d takes the Spark path: %s", batch_id, why)
                     return None
-        return NetPlan(self.options, begin.seq, end.seq, self.transforms, 1, batch_id)
+        return NetPlan(self.options, begin.seq, end.seq, self.transforms, 1, batch_id,
+                       tuple(rows.items()))  # fmt: skip
 
     def _table_refused(self, name: str, position: Any) -> str | None:
         from headwater.spark.asofread import read_spec

@@ -175,7 +175,8 @@ class ScanSpec:
                 yield from self._read_part_python(log, part)
                 return
             walker = _FastWalker(self, log)
-            scanner = Scanner(self.parts, part)
+            hint = walker.rows_ahead() // self.parts if SIZE_HINT else 0
+            scanner = Scanner(self.parts, part, hint)
             walked = walker.scan(scanner)
             yield from walker.survivors_of(scanner, walked)
         finally:
@@ -347,6 +348,9 @@ SURVIVORS_IN_C = True
 #: Whether pass 1 walks the events in C (headwater._native._walk; a test turns it off to
 #: compare with the Python walk)
 WALK_IN_C = True
+#: Whether the key pass's hash table is sized up front from the records' row counts of
+#: the table (Scanner's hint: no rehash as it fills; a test or bench turns it off)
+SIZE_HINT = True
 #: An event whose surviving rows are at least 1/_BULK of its rows is decoded whole (one
 #: call into C, then the survivors picked) rather than image by image.
 _BULK = 8
@@ -524,12 +528,44 @@ class _FastWalker(_Walker):
     :meth:`_Walker._one`, so every error is the Python walk's. Ordinals are the same as
     :meth:`_Walker.events` gives: both count the table's rows events in log order."""
 
+    #: what :meth:`rows_ahead` read: the records read ahead, and the iterator of the rest
+    _ahead: tuple[list[tuple[Any, bytes]], Iterator[tuple[Any, bytes]]] | None = None
+
     def _records(self) -> Iterator[tuple[Any, bytes]]:
         want = self.spec.options.tables
         for rec in self.log.records(self.spec.first_seq, self.spec.end_seq):
             if want.record_wanted(rec.tables):
                 payload = rec.payload
                 yield rec, payload if type(payload) is bytes else bytes(payload)
+
+    def rows_ahead(self) -> int:
+        """The table's change rows in the range's records (their headers' table lists),
+        read ahead up to :data:`KEEP_BYTES` of payload (pass 1 keeps those for pass 2
+        anyway; past it, the rows so far): the key pass's size hint. :meth:`scan` walks
+        the records read here first."""
+        table = self.spec.table
+        ahead: list[tuple[Any, bytes]] = []
+        rest = self._records()
+        rows = held = 0
+        for rec, payload in rest:
+            ahead.append((rec, payload))
+            rows += sum(n for name, n in rec.tables if name == table)
+            held += len(payload)
+            if held > KEEP_BYTES:
+                break
+        self._ahead = (ahead, rest)
+        return rows
+
+    def _walk_records(self) -> Iterator[tuple[Any, bytes]]:
+        if self._ahead is None:
+            yield from self._records()
+            return
+        ahead, rest = self._ahead
+        self._ahead = None
+        ahead.reverse()
+        while ahead:  # (dropped as walked: pass 1 holds them while KEEP_BYTES allows)
+            yield ahead.pop()
+        yield from rest
 
     def scan(self, scanner: Any) -> _Walked:
         """Pass 1 over the whole range into ``scanner`` (lastwrite.c)."""
@@ -540,7 +576,7 @@ class _FastWalker(_Walker):
         index: dict[int, int] = {}  # id(_Shape) -> its place in walked.tables
         held = 0
         ordinal = 0
-        for rec, payload in self._records():
+        for rec, payload in self._walk_records():
             walked.firsts.append(ordinal)
             if walked.payloads is not None:
                 held += len(payload)

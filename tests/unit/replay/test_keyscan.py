@@ -209,3 +209,26 @@ def test_long_text_keys_moved_and_deleted() -> None:
     assert sorted(s & 0xFFFFFFFF for s in survivors if s >> 32 == 0) == [
         i for i in range(1, 200, 2) if i % 4 != 1
     ]
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_a_size_hint_changes_nothing_but_the_table_size(parts: int) -> None:
+    """Scanner(parts, part, hint): the table sized up front (no growth) or too small (it
+    grows as without a hint), or absurdly large (capped): the same survivors and removes
+    (these in the table's order, which the size changes)."""
+    events = [(INSERT, image(k, f"v{k}")) for k in range(5000)]
+    events += [(DELETE, image(k, f"v{k}")) for k in range(0, 5000, 7)]
+    events += [(UPDATE, image(k, f"v{k}") + image(k + 10_000, "m")) for k in range(1, 5000, 11)]
+    for part in range(parts):
+        got = []
+        for hint in (0, 10, 5000 // parts, 10**12):
+            scanner = Scanner(parts, part, hint)
+            for ordinal, (op, buf) in enumerate(events):
+                second = SHAPE if op == UPDATE else None
+                scanner.scan(op, SHAPE, second, buf, 0, len(buf), ordinal)
+            count, (column,) = scanner.removes()  # (in table order: sorted here)
+            assert isinstance(column, bytes)
+            removed = sorted(struct.unpack(f"<{count}q", column))
+            got.append((scanner.keys, scanner.survivors(), removed))
+        assert got[0][0] > 5000 // parts // 2
+        assert all(g == got[0] for g in got[1:])
