@@ -195,9 +195,14 @@ def frame_crc(body_len: int, body: bytes | memoryview) -> int:
 
 
 def decode_body(
-    body: bytes | memoryview, *, path: str | None = None, offset: int | None = None
+    body: bytes | memoryview,
+    *,
+    path: str | None = None,
+    offset: int | None = None,
+    payload: bytes | None = None,
 ) -> Record:
-    """Parse a CRC-checked body into a :class:`Record`.
+    """Parse a CRC-checked body into a :class:`Record`; with ``payload``, ``body`` is the
+    header alone and ``payload`` (read on its own: not copied again) the rest.
 
     The CRC already vouches for the bytes, so a failure here means a writer bug or a
     colliding CRC; it is still reported as :class:`CorruptRecordError` with the location.
@@ -235,11 +240,11 @@ def decode_body(
                 raise ValueError("table list length mismatch")
             tables = tuple(out)
         p += tlen
-        if p > len(body):
+        if p > len(body) or (payload is not None and p != len(body)):
             raise ValueError("header longer than body")
         return Record(
             position=Position(change_id, file_num, boff, event_index),
-            payload=bytes(body[p:]),
+            payload=bytes(body[p:]) if payload is None else payload,
             ts_us=ts_us,
             gtid=gtid,
             tables=tables,

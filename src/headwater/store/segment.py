@@ -349,7 +349,29 @@ def read_record(src: Source, off: int, limit: int) -> tuple[Record, int]:
         raise CorruptRecordError(
             f"record length {blen} runs past the data", path=src.path, offset=off
         )
-    body = src.read(off + FRAME.size, blen)
+    at = off + FRAME.size
+    # The header first, then the payload read on its own (a bytes object of its own, not
+    # copied again out of the body: a replay's task reads every record of its range), the
+    # CRC carried over both. A header that does not fit takes the whole-body read, whose
+    # CRC check and decode_body report it as before.
+    fixed = src.read(at, FIXED.size) if blen >= FIXED.size else b""
+    if len(fixed) == FIXED.size:
+        _f = FIXED.unpack_from(fixed)
+        hlen = FIXED.size + _f[8] + _f[10]  # glen, tlen
+        if hlen <= blen:
+            header = (
+                fixed + src.read(at + FIXED.size, hlen - FIXED.size) if hlen > FIXED.size else fixed
+            )
+            payload = src.read(at + hlen, blen - hlen)
+            if (
+                len(header) != hlen
+                or len(payload) != blen - hlen
+                or crc32c(payload, frame_crc(blen, header)) != crc
+            ):
+                raise CorruptRecordError("record CRC mismatch", path=src.path, offset=off)
+            rec = decode_body(header, path=src.path, offset=off, payload=payload)
+            return rec, FRAME.size + blen
+    body = src.read(at, blen)
     if len(body) != blen or frame_crc(blen, body) != crc:
         raise CorruptRecordError("record CRC mismatch", path=src.path, offset=off)
     return decode_body(body, path=src.path, offset=off), FRAME.size + blen

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from headwater.errors import CorruptRecordError
@@ -80,3 +82,38 @@ def test_garbage_body_raises_corrupt_record_with_location() -> None:
     with pytest.raises(CorruptRecordError) as ei:
         decode_body(b"\x01\x02", path="seg", offset=77)
     assert (ei.value.path, ei.value.offset) == ("seg", 77)
+
+
+@pytest.mark.parametrize("size", [0, 40, 300_000])  # the last past PlainSource's window
+def test_read_record_reads_the_payload_apart_and_still_checks_every_byte(
+    tmp_path: Path, size: int
+) -> None:
+    """read_record reads the header, then the payload on its own (no copy out of the body),
+    the CRC carried over both: the same record as decode_body of the whole body, and a
+    flipped bit anywhere in the frame is a CorruptRecordError."""
+    from headwater.store.segment import PlainSource, read_record
+
+    rec = Record(Position(1, 2, 3), bytes(range(256)) * (size // 256) + b"p" * (size % 256),
+                 gtid="0-1-1", tables=(("a.b", 1), ("c.d", 2)))  # fmt: skip
+    buf = b"pad" + frame(rec)
+    path = tmp_path / "seg"
+    path.write_bytes(buf)
+    src = PlainSource(str(path))
+    try:
+        got, n = read_record(src, 3, len(buf))
+    finally:
+        src.close()
+    assert n == len(buf) - 3 and type(got.payload) is bytes
+    assert got == parse(buf[3:])
+    assert (got.payload, got.tables, got.gtid) == (rec.payload, rec.tables, rec.gtid)
+    step = max(1, len(buf) // 300)  # every byte of the small frames, a sample of the big one
+    for i in [*range(3, 3 + FRAME.size + 80), *range(3, len(buf), step), len(buf) - 1]:
+        bad = bytearray(buf)
+        bad[i] ^= 0x10
+        path.write_bytes(bad)
+        src = PlainSource(str(path))
+        try:
+            with pytest.raises(CorruptRecordError):
+                read_record(src, 3, len(buf))
+        finally:
+            src.close()
