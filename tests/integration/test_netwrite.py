@@ -569,3 +569,72 @@ def test_the_sink_connection_sends_no_file_the_server_asks_for(
     finally:
         conn.close()
     assert server.query("SELECT line FROM hw_ldf.f") == [("mine",)]
+
+
+def test_removes_of_a_one_column_integer_key_in_postgresql(
+    postgres: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``DELETE ... = ANY(%s)`` (no temporary table) leaves the general path's table."""
+    names = ("id", "tag", "name", "amount")
+    tdef = dataclasses.replace(only(TDEF, names), primary_key=("id",))
+
+    def sink(schema: str) -> PostgresSink:
+        base = pg_sink(postgres, schema, names)
+        return PostgresSink(dataclasses.replace(base.config, schema=StaticSchema((tdef,))))
+
+    net, general = sink("net1"), sink("gen1")
+    net.setup()
+    general.setup()
+    rnd = random.Random(11)
+    live: dict[int, dict[str, Any]] = {}
+    stages: list[Any] = []
+
+    def put(k: int) -> None:
+        before = live.get(k)
+        live[k] = {"id": k, "tag": "t", "name": rnd.choice(TEXTS), "amount": "1.5000000000"}
+        stages.append(("update" if before else "insert", before, live[k]))
+
+    for k in range(300):
+        put(k)
+    for k in rnd.sample(range(300), 150):
+        stages.append(("delete", live.pop(k), None))
+    for k in rnd.sample(range(300), 100):
+        put(k)
+    copies = count_general(monkeypatch)
+    staged: list[bool] = []
+    copy = netwrite._Writer._pg_copy
+
+    def counted(self: Any, plan: Any, rows: Any, columns: Any, delete: bool) -> None:
+        staged.append(delete)
+        copy(self, plan, rows, columns, delete)
+
+    monkeypatch.setattr(netwrite._Writer, "_pg_copy", counted)
+    for batch, start in enumerate(range(0, len(stages), 200)):
+        chunk = stages[start : start + 200]
+        first, last = start + 1, start + len(chunk)
+        general.apply_changes(
+            [row(op, first + i, "src", "vals", b, a, pk=("id",))
+             for i, (op, b, a) in enumerate(chunk)], batch,
+        )  # fmt: skip
+        final: dict[int, dict[str, Any] | None] = {}
+        for _, b, a in chunk:
+            final[(a or b)["id"]] = a
+        puts = [
+            {**img, "amount": Decimal(img["amount"])} for img in final.values() if img is not None
+        ]
+        gone = [k for k, img in final.items() if img is None]
+        table = NetTable(
+            "src", "vals", "src", "vals", tdef, names, ("id",),
+            pa.Table.from_pylist(puts, schema=pa.schema([SCHEMA.field(n) for n in names])),
+            pa.table({"id": pa.array(gone, pa.int32())}), Position(0, 1, 4 + first, 0),
+        )  # fmt: skip
+        net.apply_net(
+            [table], source="src", first_seq=first, last_seq=last, batch_id=batch, shard=0
+        )
+    assert copies == [] and True not in staged  # no temporary table for the removes
+    with psycopg.connect(**postgres) as conn:
+        got = conn.execute("SELECT * FROM net1.vals ORDER BY id").fetchall()
+        assert (
+            len(got) == len(live)
+            and got == conn.execute("SELECT * FROM gen1.vals ORDER BY id").fetchall()
+        )

@@ -256,7 +256,8 @@ class _Writer:
                 self._mysql_statements(plan, rows, key, delete=True)
                 return count
         elif _pg_fast(plan.tdef, rows, key):
-            self._pg_copy(plan, rows, key, delete=True)
+            if not self._pg_any(plan, rows, key):
+                self._pg_copy(plan, rows, key, delete=True)
             return count
         return self._general(plan, rows, key, delete=True)
 
@@ -493,6 +494,29 @@ class _Writer:
                 raise
             cur.execute("ROLLBACK TO SAVEPOINT hw_batch")
             raise self._failed(plan, rows, columns, delete, exc, statement) from exc
+
+    def _pg_any(self, plan: _Plan, rows: pa.Table, key: tuple[str, ...]) -> bool:
+        """Removes of a one-column integer key: ``DELETE ... WHERE k = ANY(%s)`` with the
+        keys as one array parameter (psycopg sends a Python ``int`` list as ``smallint[]``
+        .. ``bigint[]``, ``numeric[]`` past bigint, by the largest value; the index's
+        cross-type integer operators take any of the first three), instead of the temporary
+        table, its ``COPY`` and the ``DELETE ... USING`` join. True when done."""
+        values = rows.column(key[0])
+        if len(key) != 1 or not pa.types.is_integer(values.type) or values.null_count:
+            return False
+        if values.type == pa.uint64() and pc.max(values).as_py() >= 1 << 63:
+            return False  # numeric[]: the index would not serve it
+        cur, dialect = self.cur, self.dialect
+        statement = f"DELETE FROM {plan.ref} WHERE {dialect.ident(key[0])} = ANY(%s)"
+        cur.execute("SAVEPOINT hw_batch")
+        try:
+            cur.execute(statement, (values.to_pylist(),))
+        except Exception as exc:
+            if dialect.retryable(exc) is not False:
+                raise
+            cur.execute("ROLLBACK TO SAVEPOINT hw_batch")
+            raise self._failed(plan, rows, key, True, exc, statement) from exc
+        return True
 
     def _pg_direct(self, plan: _Plan, rows: pa.Table, cols: str, text: bytes) -> bool:
         """Upserts of keys the target cannot hold yet: ``COPY`` straight into the table
