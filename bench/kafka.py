@@ -23,8 +23,16 @@ long as the third), and the broker has grown its storage once for both sides. On
 round was not enough: the JVM's JIT compiler threads still spent 0.8-1.1 s of CPU in the
 first timed 300k round, falling to 0.5 s by the fourth (load 12-14), out of the sink's
 2.0-2.7 s; every sink round prints that JIT share (``JIT``), so what is left of it shows.
-It does not fall to nothing: 0.2-0.5 s a round through 11 rounds of one JVM (session 8,
-docs/sinks-bus.md), so part of it is paid per query, as by every micro-batch of a pipeline.
+It stayed 0.2-0.5 s a round through 11 rounds of one JVM (session 8), but it is not paid
+anew per query: Spark's generated classes are reused (no Janino compile and next to no
+class loaded after the first query, the Python function new per query or not); what the
+JIT compiles is the long tail of Spark's per-query code (planning, closure cleaning, task
+serialization, Parquet footers: a few hundred methods a query, each once) crossing the
+JVM's tiered thresholds a little more each query, and it fades over tens of queries
+(session 9, docs/sinks-bus.md: 0.51 s of JIT CPU a query over the first 10, 0.09 s
+after 40). A pipeline that has run for a while has paid it; ``--warmup-batches`` (30)
+small sink batches (1 000 rows each, untimed) before the rounds stand for those earlier
+micro-batches (``--warmup-batches 0``: the session-8 bench).
 
 Spark has a fixed cost per micro-batch (planning, scheduling a job, starting the Python
 runner of the task): the bench measures it (a 1 000-row batch, printed as ``fixed cost``)
@@ -287,6 +295,10 @@ def main() -> None:
     ap.add_argument("--tables", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=3, help="untimed sink rounds first")
+    ap.add_argument(
+        "--warmup-batches", type=int, default=30,
+        help="untimed 1 000-row sink batches first (a running pipeline's earlier batches)",
+    )  # fmt: skip
     args = ap.parse_args()
     n = 60_000 if args.quick else args.rows
     rounds = 1 if args.quick else args.rounds
@@ -317,12 +329,26 @@ def main() -> None:
             print(sink_round(spark, broker, proc.pid, path, f"warmsink{w}", args.tables).line(
                 "warm-up kafka sink    "))  # fmt: skip
         warm = KafkaSink(KafkaConfig(broker, bus=BusOptions(topic="warm.{database}.{table}")))
-        small = spark.read.parquet(path).limit(1000)
+        # The small batch is a file of its own, not ``.limit(1000)``: Spark names a limit's
+        # counter in the generated code from a global id (BaseLimitExec.newLimitCountTerm,
+        # ``_limit_counter_<n>``), so every query with a limit misses the codegen cache,
+        # compiles its classes again and the JIT compiles them anew (measured: 4 Janino
+        # compiles a query, none without the limit); a pipeline's plan has no limit.
+        small_path = os.path.join(work, "small.parquet")
+        write_change_rows(spark, small_path, 1000, args.tables)
+        small = spark.read.parquet(small_path)
         warm.write_batch(small, 0)
+        jit0 = jit_seconds()
+        for b in range(args.warmup_batches):  # a running pipeline's earlier micro-batches
+            warm.write_batch(spark.read.parquet(small_path), 2 + b)
+        if args.warmup_batches:
+            print(f"warm-up: {args.warmup_batches} batches of 1 000 rows, "
+                  f"JIT {jit_seconds() - jit0:.2f}s (load {os.getloadavg()[0]:.2f})")  # fmt: skip
         t0 = time.perf_counter()
         warm.write_batch(small, 1)
         fixed_s = time.perf_counter() - t0
-        print(f"spark fixed cost per batch (1 000 rows through the sink): {fixed_s:.2f}s")
+        print(f"spark fixed cost per batch (1 000 rows through the sink): {fixed_s:.2f}s "
+              f"(load {os.getloadavg()[0]:.2f})")  # fmt: skip
         for r in range(rounds):
             p = plain_round(broker, proc.pid, path, f"plain{r}")
             plain.append(p.rate)
