@@ -407,6 +407,12 @@ def count_direct(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, int]]:
     return calls
 
 
+def small_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bulk text in slices of 37 rows (the next built on a thread while one is sent)."""
+    texts = netwrite._texts
+    monkeypatch.setattr(netwrite, "_texts", lambda rows, columns: texts(rows, columns, 37))
+
+
 def inserts(seed: int, first_id: int, count: int, names: tuple[str, ...]) -> list[Any]:
     """``count`` inserts of new keys from ``first_id``, every value of :func:`choices` (NUL
     included) at least once."""
@@ -446,6 +452,7 @@ def test_load_data_path_leaves_the_statement_paths_values_in_mariadb(
             changes.append(("delete", before, None))
     loads = count_direct(monkeypatch)
     general_writes = count_general(monkeypatch)
+    small_slices(monkeypatch)
     run_both(net, general, changes, 300, FAST_MYSQL)
     assert loads == [(True, 0), (True, 0)] and general_writes == []
     query = "SELECT * FROM {}.vals ORDER BY id, tag"
@@ -560,11 +567,11 @@ def test_the_sink_connection_sends_no_file_the_server_asks_for(
     try:
         statement = b"LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE hw_ldf.f"
         with pytest.raises(SinkError, match="asked for the local file"):
-            netwrite._load_local(conn, statement, "headwater-net-0", b"mine\n", 1 << 16)
+            netwrite._load_local(conn, statement, "headwater-net-0", [b"mine\n"], 1 << 16)
         conn.rollback()
         # The name it was given: the bytes from memory.
         statement = b"LOAD DATA LOCAL INFILE 'headwater-net-0' INTO TABLE hw_ldf.f"
-        assert netwrite._load_local(conn, statement, "headwater-net-0", b"mine\n", 2) == (1, 0)
+        assert netwrite._load_local(conn, statement, "headwater-net-0", [b"mine\n"], 2) == (1, 0)
         conn.commit()
     finally:
         conn.close()
@@ -601,6 +608,7 @@ def test_removes_of_a_one_column_integer_key_in_postgresql(
     for k in rnd.sample(range(300), 100):
         put(k)
     copies = count_general(monkeypatch)
+    small_slices(monkeypatch)
     staged: list[bool] = []
     copy = netwrite._Writer._pg_copy
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 from pymysql.converters import escape_item
 
 from headwater.schema.model import Column
+from headwater.sinks import netwrite
 from headwater.sinks.netwrite import copy_text, mysql_literals
 
 TEXT = Column("t", "varchar", "varchar(40)", charset="utf8mb4")
@@ -60,3 +61,19 @@ def test_copy_text_lines() -> None:
     assert copy_text(t, t.column_names) == (
         b"1\ttab\\tnl\\ncr\\rbs\\\\\t0.10000000149011612\t\n2\t\\N\t\\N\t\\\\N\n"
     )
+
+
+def test_texts_in_slices_join_to_the_whole_text() -> None:
+    rows = pa.table(
+        {
+            "id": pa.array(range(100), pa.int64()),
+            "s": pa.array([f"v\t{i}" if i % 7 else None for i in range(100)]),
+        }
+    )
+    whole = netwrite.copy_text(rows, ["id", "s"])
+    for per in (1, 7, 37, 99, 100, 1000):
+        parts = list(netwrite._texts(rows, ["id", "s"], per))
+        assert len(parts) == -(-100 // per)
+        assert b"".join(parts) == whole
+    assert whole.count(b"\n") == 100
+    assert whole.startswith(b"0\t\\N\n1\tv\\t1\n")

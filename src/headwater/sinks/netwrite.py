@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -432,13 +433,16 @@ class _Writer:
         )
         if cur.fetchone() is not None:
             return False
-        text = copy_text(rows, columns)
         name = f"headwater-net-{next(_STAGES)}"
         statement = _load_sql(name, plan.ref, plan.tdef, rows, columns, dialect.ident)
         cur.execute("SAVEPOINT hw_direct")
         try:
             loaded, warnings = _load_local(
-                cur.connection, statement, name, text, min(1 << 20, self._max_packet() // 2)
+                cur.connection,
+                statement,
+                name,
+                _texts(rows, columns),
+                min(1 << 20, self._max_packet() // 2),
             )
         except Exception as exc:
             if dialect.retryable(exc) is not False:
@@ -469,7 +473,6 @@ class _Writer:
         cur, dialect = self.cur, self.dialect
         stage = dialect.ident(f"hw_net_{next(_STAGES)}")
         cols = ", ".join(dialect.ident(c) for c in columns)
-        text = copy_text(rows, columns)
         if delete:
             match = " AND ".join(f"t.{dialect.ident(c)} = s.{dialect.ident(c)}" for c in columns)
             statement = f"DELETE FROM {plan.ref} AS t USING {stage} AS s WHERE {match}"
@@ -477,7 +480,7 @@ class _Writer:
             marker = "\x00hw_rows\x00"
             values = dialect.upsert_rendered(plan.ref, columns, plan.net.key, marker)
             statement = values.replace(f"VALUES {marker}", f"SELECT {cols} FROM {stage}")
-        if not delete and self._pg_direct(plan, rows, cols, text):
+        if not delete and self._pg_direct(plan, rows, cols):
             return
         cur.execute("SAVEPOINT hw_batch")
         try:
@@ -486,8 +489,8 @@ class _Writer:
                 " WITH NO DATA"
             )
             with cur.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
-                for start in range(0, len(text), 1 << 20):
-                    copy.write(text[start : start + (1 << 20)])
+                for text in _texts(rows, columns):
+                    copy.write(text)
             cur.execute(statement)
         except Exception as exc:
             if dialect.retryable(exc) is not False:
@@ -518,7 +521,7 @@ class _Writer:
             raise self._failed(plan, rows, key, True, exc, statement) from exc
         return True
 
-    def _pg_direct(self, plan: _Plan, rows: pa.Table, cols: str, text: bytes) -> bool:
+    def _pg_direct(self, plan: _Plan, rows: pa.Table, cols: str) -> bool:
         """Upserts of keys the target cannot hold yet: ``COPY`` straight into the table
         (PostgreSQL's own bulk load, one write of each row instead of two), when the
         first key column is an integer and the table has no row in its range of the
@@ -540,8 +543,8 @@ class _Writer:
         cur.execute("SAVEPOINT hw_direct")
         try:
             with cur.copy(f"COPY {plan.ref} ({cols}) FROM STDIN") as copy:
-                for start in range(0, len(text), 1 << 20):
-                    copy.write(text[start : start + (1 << 20)])
+                for text in _texts(rows, columns=rows.column_names):
+                    copy.write(text)
         except Exception as exc:
             if dialect.retryable(exc) is not False:
                 raise
@@ -608,11 +611,11 @@ def _load_sql(
 
 
 def _load_local(
-    conn: Any, statement: bytes, name: str, data: bytes, packet: int
+    conn: Any, statement: bytes, name: str, data: Iterable[bytes], packet: int
 ) -> tuple[int, int]:
     """Run ``statement`` (a ``LOAD DATA LOCAL INFILE '<name>'``) on the PyMySQL
-    connection ``conn`` and answer the server's request for the file with ``data``, in
-    packets of ``packet`` bytes. Returns the rows loaded and the warning count.
+    connection ``conn`` and answer the server's request for the file with the chunks of
+    ``data``, in packets of at most ``packet`` bytes. Returns the rows loaded and the warning count.
 
     Security: PyMySQL's own handler (``local_infile=True``) opens and sends *whatever
     file the server names* in its request, on any statement (``_send_local_file`` of
@@ -637,9 +640,10 @@ def _load_local(
             asked.append(filename)
             try:
                 if filename == name.encode():
-                    view = memoryview(data)
-                    for start in range(0, len(view), packet):
-                        conn.write_packet(bytes(view[start : start + packet]))
+                    for chunk in data:
+                        view = memoryview(chunk)
+                        for start in range(0, len(view), packet):
+                            conn.write_packet(bytes(view[start : start + packet]))
             finally:
                 conn.write_packet(b"")  # end of the file
                 ok = conn._read_packet()  # raises the server's error
@@ -773,6 +777,23 @@ _MYSQL_ESCAPES = (
 #: PostgreSQL ``COPY`` text format escapes (PostgreSQL manual, COPY, "Text Format"):
 #: backslash, newline, carriage return and the delimiter (tab); NULL is ``\N``.
 _COPY_ESCAPES = ((b"\\", b"\\\\"), (b"\n", b"\\n"), (b"\r", b"\\r"), (b"\t", b"\\t"))
+
+
+def _texts(rows: pa.Table, columns: Sequence[str], per: int = 1 << 16) -> Iterator[bytes]:
+    """:func:`copy_text` of ``rows`` in slices of ``per`` rows, the next slice's text built
+    on a thread (Arrow's kernels run without the GIL) while the caller sends the current
+    one to the server."""
+    starts = range(0, rows.num_rows, per)
+    if len(starts) <= 1:
+        yield copy_text(rows, columns)
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="hw-net-text") as pool:
+        pending = pool.submit(copy_text, rows.slice(0, per), columns)
+        for start in starts[1:]:
+            done = pending.result()
+            pending = pool.submit(copy_text, rows.slice(start, per), columns)
+            yield done
+        yield pending.result()
 
 
 def copy_text(rows: pa.Table, columns: Sequence[str]) -> bytes:
