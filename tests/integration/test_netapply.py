@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 from headwater.config import FilterConfig
 from headwater.pipeline.columns import source_options
 from headwater.pipeline.config import load_pipeline_config
-from headwater.pipeline.direct import DirectApply, spark_shard
+from headwater.pipeline.direct import DirectApply, offset_at, spark_shard
 from headwater.pipeline.netapply import NetApply, net_tables
 from headwater.pipeline.runner import PipelineRunner
 from headwater.sandbox import MariadbSandbox
@@ -215,6 +215,24 @@ def test_net_batches_give_the_state_the_row_path_gives(
         assert done.rows_in > 300 and done.rows_out == done.rows_in
         assert set(done.tables_in) == {f"{db}.acct", f"{db}.tags"}
         _walks_agree(net_path, done.tables_in)
+
+        # a new pipeline whose batch 0 (from a start option: no offset file holds its
+        # start) is the workload: the net path takes it, same rows as the row path
+        first = offset_at(paths[True][1].parent / "ck_netpath_True", 0)
+        assert first is not None
+        starts: dict[bool, PipelineRunner] = {}
+        for net in (True, False):
+            dst = f"{db}_{'n0' if net else 'r0'}"[:60]
+            mariadb_target.execute(f"DROP DATABASE IF EXISTS `{dst}`")
+            options = f", startingPosition: 'seq:{first.seq}'" + (
+                "" if net else ", netApply: 'false'"
+            )
+            starts[net] = _run(spark, _config(tmp_path / f"start0_{net}.yaml", task_dir, db, dst,
+                                              mariadb_target, options))  # fmt: skip
+        assert starts[True].writer.net is not None and set(starts[True].writer.net.batches) == {0}
+        assert rows(mariadb_target, f"{db}_n0"[:60], "remark") == rows(
+            mariadb_target, f"{db}_r0"[:60], "remark"
+        )
 
         # the batch again: every shard's checkpoint skips it
         dst = paths[True][0]

@@ -24,7 +24,7 @@ from headwater.schema.model import TableDef
 from headwater.sinks import RetryPolicy, StaticSchema, netwrite
 from headwater.sinks.base import DdlMode
 from headwater.sinks.mysql import MysqlSink, MysqlSinkConfig
-from headwater.sinks.netwrite import NetTable
+from headwater.sinks.netwrite import NetTable, PartlyApplied
 from headwater.sinks.postgres import PostgresSink, PostgresSinkConfig
 from headwater.sinks.sql import SqlSink
 from tests.integration.sink_support import col, row
@@ -293,6 +293,12 @@ def test_net_and_general_paths_leave_identical_tables_in_mariadb(
         shard=0,
     )  # fmt: skip
     assert (behind.upserts, behind.deletes) == (0, 0)
+    # A range around the checkpoint (applied in part before): nothing written, raised.
+    with pytest.raises(PartlyApplied, match=f"checkpoint \\({last}\\) is inside"):
+        net.apply_net(
+            [net_table(changes[:400], last - 10, names)], source="src", first_seq=last - 10,
+            last_seq=last + 390, batch_id=10, shard=0,
+        )  # fmt: skip
     assert server.query(query.format("hw_net")) == got
     assert server.query(MYSQL_CKPT.format("hw_net")) == [(3, last, 4)]
 

@@ -56,6 +56,7 @@ from headwater.gcpause import gc_paused
 from headwater.pipeline.direct import DirectBatch, offset_at
 from headwater.sinks.base import pinned_schemas
 from headwater.sinks.failfast import is_terminal
+from headwater.sinks.netwrite import PartlyApplied
 from headwater.sinks.sql import SqlSink
 
 if TYPE_CHECKING:
@@ -581,6 +582,8 @@ def apply_shard(plan: NetPlan, sink: SqlSink, shard: int) -> tuple[Any, Any]:
                     batch_id=plan.batch_id,
                     shard=shard,
                 )
+            except PartlyApplied as exc:  # the row path applies the rest of it
+                return None, NetRefused(str(exc))
             except Exception as exc:  # returned, not raised: no task retry (sinks.failfast)
                 if not (isinstance(exc, SinkError) or is_terminal(exc)):
                     raise
@@ -631,13 +634,23 @@ class NetApply:
         """Batch ``batch_id``'s plan (shards filled per sink), or None when the driver's
         look at the record headers already rules it out (module docstring)."""
         from headwater.spark.logaccess import open_log
+        from headwater.spark.offsets import LogOffset
+        from headwater.store import LATEST
 
+        if self._log is None:
+            self._log = open_log(self.options)
         begin = offset_at(self.checkpoint, batch_id - 1)
+        if batch_id == 0 and self.options.starting != LATEST:
+            # Batch 0 starts at the source's initial offset, which no offset file holds:
+            # the start option resolved on the log, as the source's initialOffset does
+            # (the same seq, unless retention trimmed the log in between: then only
+            # records that are gone are left out). A new pipeline's first batch is often
+            # its largest (the catch-up from its start). "latest" resolves to a later
+            # end now, so that batch takes the Spark path.
+            begin = LogOffset(self._log.resolve(self.options.starting))
         end = offset_at(self.checkpoint, batch_id)
         if begin is None or end is None or begin.row or end.row or end.seq <= begin.seq:
             return None
-        if self._log is None:
-            self._log = open_log(self.options)
         schema = self._log.schema
         if schema is None:
             return None

@@ -33,7 +33,7 @@ from headwater.sinks.writes import Write, run_write
 if TYPE_CHECKING:
     from headwater.sinks.sql import SqlSink
 
-__all__ = ["NetTable", "apply_net", "copy_text", "mysql_literals"]
+__all__ = ["NetTable", "PartlyApplied", "apply_net", "copy_text", "mysql_literals"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,11 @@ class NetTable:
 
 
 # -- the shard transaction ------------------------------------------------------------------
+
+
+class PartlyApplied(Exception):
+    """The shard's checkpoint lies inside the range: only the row path can apply the rest
+    (:func:`apply_net` rolls back; the pipeline's net path hands the batch to it)."""
 
 
 def apply_net(
@@ -135,8 +140,17 @@ def _transaction(
             (pipeline, source, shard),
         )
         applied = int(cur.fetchone()[0])
-        if applied >= first_seq:  # this shard's transaction of the range committed already
+        if applied >= last_seq:  # this shard's transaction of the range committed already
             return ApplyResult(shard, batch_id, skipped=total, checkpoints={source: applied})
+        if applied >= first_seq:
+            # Inside the range: the row path applied this shard's part of it (its last row
+            # is the checkpoint), or an earlier run with other batch boundaries (a new
+            # checkpoint location) applied a part of it. A net effect cannot leave out
+            # the applied part; the row path skips row by row.
+            raise PartlyApplied(
+                f"shard {shard} of batch {batch_id}: the checkpoint ({applied}) is inside "
+                f"the range [{first_seq}, {last_seq}]"
+            )
         writer = _Writer(sink, cur, source, first_seq, batch_id, shard)
         plans = [writer.plan(t) for t in tables]
         deletes = sum(writer.remove(p) for p in plans)

@@ -366,12 +366,14 @@ class SqlSink:
         ``first_seq`` and ``last_seq`` are the row sequences (``record << 24 | row``,
         :mod:`headwater.changes.sequence`; the unit of ``ChangeColumns.sequence`` and of the
         checkpoint's ``max_sequence``) of the range's first and last change. The whole call
-        is skipped when the shard's ``max_sequence`` is already at or past ``first_seq``
-        (this range, or a later one, committed); else the removes, then the upserts, are
-        written set-based (:mod:`headwater.sinks.netwrite`) and ``max_sequence`` becomes
-        ``last_seq``, so batches of this path and of :meth:`apply_columns` mix. A range is
-        all or nothing: a range that starts at or below the checkpoint must not be
-        applied partly (the caller gives ranges that begin after the last one applied).
+        is skipped when the shard's ``max_sequence`` is already at or past ``last_seq``
+        (this range, or a later one, committed); below ``first_seq`` the removes, then the
+        upserts, are written set-based (:mod:`headwater.sinks.netwrite`) and
+        ``max_sequence`` becomes ``last_seq``, so batches of this path and of
+        :meth:`apply_columns` mix. Between the two (the row path applied this shard's part
+        of the range, or an earlier run with other batch boundaries applied some of it)
+        it raises :class:`~headwater.sinks.netwrite.PartlyApplied` and writes nothing: a
+        net effect cannot leave out the applied part; the row path skips row by row.
         ``rows_applied`` records the rows written (upserts + removes), not change rows.
         """
         from headwater.sinks.netwrite import apply_net
