@@ -264,7 +264,13 @@ def pg_pipeline(task_dir: Path, checkpoint: Path, gtid_before: str) -> float:
     runner.run(available_now=True, progress=sys.stderr)
     wall = time.perf_counter() - t0
     assert runner.query is not None
-    batches = [p for p in runner.query.recentProgress if p["numInputRows"]]
+    # Batches that moved the offsets (a batch applied in the driver or by the net path
+    # reads nothing through Spark: its numInputRows is 0).
+    batches = [
+        p
+        for p in runner.query.recentProgress
+        if p["sources"] and p["sources"][0]["startOffset"] != p["sources"][0]["endOffset"]
+    ]
     busy = sum(p["durationMs"].get("triggerExecution", 0) for p in batches) / 1000
     print(f"headwater into PostgreSQL: {len(batches)} batches, {busy:.2f} s ({wall:.2f} s wall)")
     return busy
