@@ -350,6 +350,10 @@ class Catalog:
         entries = b"".join(res.builder.all_entries)
         idx = os.path.join(self.dir, segment_name(base, IDX))
         atomic_write(idx, entries)
+        # Those entries are on disk now: the writer's first write-out must not append them
+        # again (it did: a reader in another process stopped at the repeated first entry,
+        # out of order, and found every later record by a scan from there).
+        res.builder.take_unwritten()
         log.info(
             "recovered %s: %d records, %d bytes in %.2fs",
             path,

@@ -229,3 +229,27 @@ def test_reader_sets_a_corrupt_sealed_segment_aside(tmp_path: Path, opts, rec) -
         with pytest.raises(CorruptRecordError, match="missing"):
             list(reader)
         assert reader.next_seq == victim.base
+
+
+def test_reopened_writer_does_not_repeat_the_active_index(tmp_path: Path, opts, rec) -> None:
+    """Recovery writes the active segment's index afresh; the reopened writer's appends
+    must continue it, not repeat its entries (they did: a read-only process's view of the
+    active index then stopped at the repeated first entry, and every lookup past it
+    scanned the records from there)."""
+    o = opts(segment_bytes=1 << 20)
+    build(tmp_path, o, rec, 40)
+    with ChangeLog.open(str(tmp_path), o) as log:  # reopened: recovery, then 40 more
+        for i in range(41, 81):
+            log.append_nowait(rec(i))
+        log.flush()
+        entries = log.read_side.view(log.segments()[-1]).seqs
+        assert len(entries) > 4  # several blocks before and after the reopening
+        ro = ChangeLog.open(str(tmp_path), o, read_only=True)
+        try:
+            meta = ro.read_side.find_segment(80)
+            on_disk = ro.read_side.view(meta).seqs
+        finally:
+            ro.close()
+    # Every closed block's entry, in order, once: all but the writer's open last block.
+    assert on_disk == entries[:-1]
+    assert seqs(tmp_path, o) == list(range(1, 81))
