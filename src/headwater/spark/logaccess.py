@@ -47,6 +47,7 @@ from headwater.httpapi import (
 from headwater.position import Position
 from headwater.spark.offsets import SourceOptions, parse_server, start_request
 from headwater.store import LATEST, AtSeq, ChangeLog, Record, Start
+from headwater.store.record import RecordHead
 
 if TYPE_CHECKING:
     from headwater.schema.history import SchemaHistory
@@ -104,6 +105,10 @@ class LogAccess(Protocol):
     def records(self, first: int, end: int) -> Iterator[Record]:
         """Records with ``first <= seq < end`` in order (the HTTP API leaves out records
         whose table list the ``tables`` option rejects)."""
+
+    def heads(self, first: int, end: int) -> Iterator[RecordHead]:
+        """The :class:`RecordHead` s of :meth:`records` (header fields and payload size,
+        CRC-checked, no payload built): what planning a batch reads."""
 
     def close(self) -> None: ...
 
@@ -171,6 +176,18 @@ class LocalLog:
                 if rec is None:
                     raise StoreError(f"{self._log.directory}: record {seq} is not readable")
                 yield rec
+
+    def heads(self, first: int, end: int) -> Iterator[RecordHead]:
+        seq = first
+        if first < end:
+            with self._log.reader(AtSeq(first)) as reader:
+                for head in reader.heads():
+                    if head.seq >= end:
+                        break
+                    seq = head.seq + 1
+                    yield head
+        if seq < end:
+            raise StoreError(f"{self._log.directory}: record {seq} is not readable")
 
     def close(self) -> None:
         self._log.close()
@@ -325,6 +342,10 @@ class HttpLog:
                 continue
             waiting_since = None
             seq, checkpoint = nxt, answer["checkpoint"]
+
+    def heads(self, first: int, end: int) -> Iterator[RecordHead]:
+        # (the raw format sends whole records: no fetch of headers alone)
+        return map(RecordHead.of, self.records(first, end))
 
     def close(self) -> None:
         if self._conn is not None:

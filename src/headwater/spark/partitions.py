@@ -3,7 +3,10 @@
 Planning (driver). A batch or micro-batch is the changes from offset ``start`` up to, not
 including, offset ``end`` (offsets.py: ``(seq, row)`` pairs). :func:`scan_batch` walks the
 records of that range once, reading their headers and payload sizes (never decoding
-unless a row limit needs counting) and, with read limits, picks ``end``:
+unless a row limit needs counting; without one, the log's ``heads``: the store checks
+each frame's CRC in its read window and builds no payload and no Record, about 2.5 us a
+record instead of 5-8, which a catch-up of 15,000 one-row transactions pays once per
+batch in the source's process) and, with read limits, picks ``end``:
 ``maxBytesPerTrigger`` counts record payload bytes (whole records; the first record is
 always taken, so a batch moves forward); ``maxRowsPerTrigger`` counts change rows, which
 are only known by decoding, so with it the driver decodes the batch's records once more
@@ -50,6 +53,7 @@ from headwater.position import Position
 from headwater.spark.logaccess import LocalLog, open_log
 from headwater.spark.offsets import LogOffset, SourceOptions
 from headwater.store import Record
+from headwater.store.record import RecordHead
 
 if TYPE_CHECKING:
     import pyarrow
@@ -147,6 +151,8 @@ def scan_batch(
     sizes: list[tuple[int, int]] = []
     if start.seq >= target:
         return Scan(start, sizes)
+    if max_rows is None:
+        return _scan_heads(log, options, start, target, max_bytes)
     rows = nbytes = 0
     last: Position | None = start.last_position
     for rec in log.records(start.seq, target):
@@ -168,6 +174,41 @@ def scan_batch(
         nbytes += size
         last = rec.position
     return Scan(LogOffset(target, 0, last), sizes)
+
+
+def _scan_heads(
+    log: LocalLog | HttpLog,
+    options: SourceOptions,
+    start: LogOffset,
+    target: int,
+    max_bytes: int | None,
+) -> Scan:
+    """:func:`scan_batch` without a row limit: from the record headers alone
+    (:meth:`~headwater.spark.logaccess.LocalLog.heads`: no payload built, one
+    ``record_wanted`` per distinct table list, a Position only for the batch's end)."""
+    sizes: list[tuple[int, int]] = []
+    nbytes = 0
+    prev: RecordHead | None = None  # the last record before the end
+    wanted: dict[tuple[tuple[str, int], ...], bool] = {}
+    matcher = options.tables
+    every = matcher.patterns is None
+    for head in log.heads(start.seq, target):
+        tables = head.tables
+        if not every:
+            ok = wanted.get(tables)
+            if ok is None:
+                ok = wanted[tables] = matcher.record_wanted(tables)
+            if not ok:
+                prev = head
+                continue
+        size = head.size
+        if max_bytes is not None and sizes and nbytes + size > max_bytes:
+            last = start.last_position if prev is None else prev.position
+            return Scan(LogOffset(head.seq, 0, last), sizes)
+        sizes.append((head.seq, size))
+        nbytes += size
+        prev = head
+    return Scan(LogOffset(target, 0, start.last_position if prev is None else prev.position), sizes)
 
 
 def plan_slices(

@@ -280,10 +280,10 @@ class FilteredTail:
             return True
         if self._key != begin.key():
             self._key, self._scanned, self._since = begin.key(), begin.seq, self.clock()
-        for rec in changelog.records(self._scanned, end):
-            if self.tables.record_wanted(rec.tables):
+        for head in changelog.heads(self._scanned, end):
+            if self.tables.record_wanted(head.tables):
                 return True
-            self._scanned = rec.seq + 1
+            self._scanned = head.seq + 1
         self._scanned = max(self._scanned, end)  # (a server leaves filtered records out)
         return False
 

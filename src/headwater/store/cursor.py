@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Literal
 from headwater.errors import CorruptRecordError, PositionNotRetainedError
 from headwater.position import MariadbGtidPos, MysqlGtidSet, Position
 from headwater.store.index import GtidWanted, IndexView
-from headwater.store.record import Record
-from headwater.store.segment import SegmentMeta, Source, read_record
+from headwater.store.record import Record, RecordHead
+from headwater.store.segment import SegmentMeta, Source, read_head, read_record
 
 if TYPE_CHECKING:
     from headwater.store.log import ChangeLog
@@ -288,6 +288,16 @@ class LogReader:
                 return
             yield rec
 
+    def heads(self) -> Iterator[RecordHead]:
+        """Like iterating, but the records' :class:`RecordHead` s: the header fields and
+        payload size, CRC-checked, without the payload built (a planning read's)."""
+        while True:
+            got = self._read(True)
+            if got is None:
+                return
+            assert isinstance(got, RecordHead)
+            yield got
+
     def close(self) -> None:
         if self._src is not None:
             self._src.close()
@@ -303,6 +313,12 @@ class LogReader:
         self.close()
 
     def _try_read(self) -> Record | None:
+        rec = self._read(False)
+        assert rec is None or isinstance(rec, Record)
+        return rec
+
+    def _read(self, head: bool) -> Record | RecordHead | None:
+        """The next record, or its head (:meth:`heads`), or None when none is there."""
         log = self._log
         seq = self._seq
         if seq > log.read_side.visible_for(seq):
@@ -313,12 +329,12 @@ class LogReader:
             )
         hit = log.read_side.tail_get(seq)
         if hit is not None:
-            rec, base, end = hit
+            held, base, end = hit
             if self._meta is None or self._meta.base != base:
                 self._switch(log.read_side.find_segment(seq))
             self._off = end
             self._seq = seq + 1
-            return rec
+            return RecordHead.of(held) if head else held
         if self._meta is None:
             meta, off = _locate_seq(log, seq, log.acked_seq)
             self._switch(meta)
@@ -338,8 +354,9 @@ class LogReader:
             limit = log.read_side.limit(nxt)
         if self._src is None:
             self._src = log.read_side.open_source(self._meta)
+        rec: Record | RecordHead
         try:
-            rec, flen = read_record(self._src, self._off, limit)
+            rec, flen = (read_head if head else read_record)(self._src, self._off, limit)
             if rec.seq != seq:
                 raise CorruptRecordError(
                     f"record has seq {rec.seq}, expected {seq}",

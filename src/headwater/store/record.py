@@ -55,7 +55,9 @@ __all__ = [
     "PREFIX",
     "WHOLE",
     "Record",
+    "RecordHead",
     "decode_body",
+    "decode_head",
     "encode_parts",
     "encode_tables",
     "frame_crc",
@@ -194,6 +196,57 @@ def frame_crc(body_len: int, body: bytes | memoryview) -> int:
     return crc32c(body, crc32c(LEN.pack(body_len)))
 
 
+#: Table lists by their bytes (:func:`_tables_of`): the same few recur record after record.
+_TABLES_DECODED: dict[bytes, tuple[tuple[str, int], ...]] = {}
+
+
+def _tables_of(raw: bytes, n_tables: int) -> tuple[tuple[str, int], ...]:
+    """The table list encoded in ``raw`` (``n_tables`` entries; :func:`encode_tables`),
+    remembered by its bytes (bounded, as :func:`encode_tables` is)."""
+    key = raw if len(raw) <= 512 else b""
+    cached = _TABLES_DECODED.get(key) if key else None
+    if cached is not None:
+        return cached
+    out = []
+    q = 0
+    for _ in range(n_tables):
+        (nlen,) = TABLE_NAME.unpack_from(raw, q)
+        name = raw[q + 2 : q + 2 + nlen].decode("utf-8")
+        (rows,) = TABLE_ROWS.unpack_from(raw, q + 2 + nlen)
+        out.append((name, rows))
+        q += 2 + nlen + 8
+    if q != len(raw):
+        raise ValueError("table list length mismatch")
+    tables = tuple(out)
+    if key:
+        if len(_TABLES_DECODED) >= 4096:
+            _TABLES_DECODED.clear()
+        _TABLES_DECODED[key] = tables
+    return tables
+
+
+def _parse_header(
+    body: bytes | memoryview,
+) -> tuple[tuple[int, ...], str, tuple[tuple[str, int], ...], int]:
+    """The fixed fields, GTID text, table list and header length of a record body (or of
+    its header alone). Raises struct.error, ValueError or UnicodeDecodeError."""
+    fixed = FIXED.unpack_from(body, 0)
+    glen, n_tables, tlen = fixed[8], fixed[9], fixed[10]
+    p = FIXED.size
+    gtid = bytes(body[p : p + glen]).decode("ascii") if glen else ""
+    p += glen
+    tables: tuple[tuple[str, int], ...] = ()
+    if n_tables:
+        raw = bytes(body[p : p + tlen])
+        if len(raw) != tlen:
+            raise ValueError("table list runs past the body")
+        tables = _tables_of(raw, n_tables)
+    p += tlen
+    if p > len(body):
+        raise ValueError("header longer than body")
+    return fixed, gtid, tables, p
+
+
 def decode_body(
     body: bytes | memoryview,
     *,
@@ -208,40 +261,10 @@ def decode_body(
     colliding CRC; it is still reported as :class:`CorruptRecordError` with the location.
     """
     try:
-        (
-            seq,
-            change_id,
-            file_num,
-            boff,
-            event_index,
-            ts_us,
-            schema_version,
-            flags,
-            glen,
-            n_tables,
-            tlen,
-            chunk_no,
-            _reserved,
-        ) = FIXED.unpack_from(body, 0)
-        p = FIXED.size
-        gtid = bytes(body[p : p + glen]).decode("ascii") if glen else ""
-        p += glen
-        tables: tuple[tuple[str, int], ...] = ()
-        if n_tables:
-            out = []
-            q = p
-            for _ in range(n_tables):
-                (nlen,) = TABLE_NAME.unpack_from(body, q)
-                name = bytes(body[q + 2 : q + 2 + nlen]).decode("utf-8")
-                (rows,) = TABLE_ROWS.unpack_from(body, q + 2 + nlen)
-                out.append((name, rows))
-                q += 2 + nlen + 8
-            if q != p + tlen:
-                raise ValueError("table list length mismatch")
-            tables = tuple(out)
-        p += tlen
-        if p > len(body) or (payload is not None and p != len(body)):
+        fixed, gtid, tables, p = _parse_header(body)
+        if payload is not None and p != len(body):
             raise ValueError("header longer than body")
+        (seq, change_id, file_num, boff, event_index, ts_us, schema_version, flags) = fixed[:8]
         return Record(
             position=Position(change_id, file_num, boff, event_index),
             payload=bytes(body[p:]) if payload is None else payload,
@@ -250,9 +273,58 @@ def decode_body(
             tables=tables,
             schema_version=schema_version,
             flags=flags,
-            chunk_no=chunk_no,
+            chunk_no=fixed[11],
             seq=seq,
         )
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
+        raise CorruptRecordError(
+            f"record header does not parse: {e}", path=path, offset=offset
+        ) from None
+
+
+@dataclass(slots=True)
+class RecordHead:
+    """What a record's header says, without its payload: for planning reads (which
+    records of a range are wanted, how many payload bytes and rows they hold) that never
+    look at the events. ``pos`` is the position as a tuple; :attr:`position` builds the
+    :class:`Position` (only the few a caller keeps need one)."""
+
+    seq: int
+    pos: tuple[int, int, int, int]
+    ts_us: int
+    gtid: str
+    tables: tuple[tuple[str, int], ...]
+    schema_version: int
+    flags: int
+    chunk_no: int
+    #: payload bytes
+    size: int
+
+    @property
+    def position(self) -> Position:
+        return Position(*self.pos)
+
+    @classmethod
+    def of(cls, rec: Record) -> RecordHead:
+        """The head of a record already read whole."""
+        p = rec.position
+        return cls(
+            rec.seq, (p.change_id, p.file_num, p.offset, p.event_index), rec.ts_us, rec.gtid,
+            rec.tables, rec.schema_version, rec.flags, rec.chunk_no, len(rec.payload),
+        )  # fmt: skip
+
+
+def decode_head(
+    body: bytes | memoryview, *, path: str | None = None, offset: int | None = None
+) -> RecordHead:
+    """:func:`decode_body` without building the payload: the :class:`RecordHead` of a
+    CRC-checked body."""
+    try:
+        fixed, gtid, tables, p = _parse_header(body)
+        return RecordHead(
+            fixed[0], (fixed[1], fixed[2], fixed[3], fixed[4]), fixed[5], gtid, tables,
+            fixed[6], fixed[7], fixed[11], len(body) - p,
+        )  # fmt: skip
     except (struct.error, ValueError, UnicodeDecodeError) as e:
         raise CorruptRecordError(
             f"record header does not parse: {e}", path=path, offset=offset

@@ -53,7 +53,9 @@ from headwater.store.record import (
     MAGIC,
     MAX_BODY,
     Record,
+    RecordHead,
     decode_body,
+    decode_head,
     frame_crc,
 )
 
@@ -66,6 +68,8 @@ __all__ = [
     "compress_segment",
     "open_source",
     "read_footer",
+    "read_head",
+    "read_record",
     "scan_buffer",
     "segment_name",
 ]
@@ -253,6 +257,20 @@ class PlainSource:
         self._win_off = off
         return self._win[:n]
 
+    def span(self, off: int, n: int) -> tuple[bytes, int] | None:
+        """``(buffer, at)`` with the ``n`` bytes at ``off`` as ``buffer[at : at + n]``
+        (the read-ahead window, not copied), or None when they do not fit one window or
+        the file ends first."""
+        w = self._win
+        rel = off - self._win_off
+        if rel >= 0 and rel + n <= len(w):
+            return w, rel
+        if n > WINDOW:
+            return None
+        self._win = w = os.pread(self.fd, WINDOW, off)
+        self._win_off = off
+        return (w, 0) if n <= len(w) else None
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -321,6 +339,15 @@ class ZstdSource:
             n -= len(piece)
         return b"".join(out)
 
+    def span(self, off: int, n: int) -> tuple[bytes, int] | None:
+        """As :meth:`PlainSource.span`: the bytes when one decompressed block holds them."""
+        i = bisect.bisect_right(self._uoffs, off) - 1
+        if i < 0:
+            return None
+        block = self._load(i)
+        rel = off - self._uoffs[i]
+        return (block, rel) if rel + n <= len(block) else None
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -334,15 +361,60 @@ def open_source(path: str) -> Source:
     return ZstdSource(path) if path.endswith(ZSEG) else PlainSource(path)
 
 
+def _framed(src: Source, off: int, limit: int) -> tuple[memoryview, int] | None:
+    """The CRC-checked body of the frame at ``off`` as a view of the source's buffer, and
+    the frame's length; None when the frame does not lie in one buffer (then
+    :func:`read_record`'s reads take it). Raises CorruptRecordError as they do."""
+    got = src.span(off, FRAME.size)
+    if got is None:
+        return None
+    buf, at = got
+    magic, crc, blen = FRAME.unpack_from(buf, at)
+    if magic != MAGIC:
+        raise CorruptRecordError("bad record magic", path=src.path, offset=off)
+    if blen > MAX_BODY or off + FRAME.size + blen > limit:
+        raise CorruptRecordError(
+            f"record length {blen} runs past the data", path=src.path, offset=off
+        )
+    flen = FRAME.size + blen
+    got = src.span(off, flen)
+    if got is None:
+        return None
+    buf, at = got
+    body = memoryview(buf)[at + FRAME.size : at + flen]
+    if frame_crc(blen, body) != crc:
+        raise CorruptRecordError("record CRC mismatch", path=src.path, offset=off)
+    return body, flen
+
+
+def read_head(src: Source, off: int, limit: int) -> tuple[RecordHead, int]:
+    """:func:`read_record` without building the payload: the record's
+    :class:`~headwater.store.record.RecordHead` and its frame length. The CRC is checked
+    all the same (over the window the frame lies in: no copy), so a planning read trusts
+    no byte a whole read would refuse."""
+    framed = _framed(src, off, limit)
+    if framed is None:
+        rec, flen = read_record(src, off, limit)
+        return RecordHead.of(rec), flen
+    body, flen = framed
+    return decode_head(body, path=src.path, offset=off), flen
+
+
 def read_record(src: Source, off: int, limit: int) -> tuple[Record, int]:
     """The record at ``off`` (which must end at or before ``limit``) and its frame length.
 
-    Only called for data known to be acknowledged, so any failure is corruption.
+    Only called for data known to be acknowledged, so any failure is corruption. A frame
+    that lies in the source's read-ahead window (or decompressed block) is parsed there,
+    its payload the one copy; a larger one is read in pieces.
     """
-    head = src.read(off, FRAME.size)
-    if len(head) < FRAME.size:
+    framed = _framed(src, off, limit)
+    if framed is not None:
+        body, flen = framed
+        return decode_body(body, path=src.path, offset=off), flen
+    prefix = src.read(off, FRAME.size)
+    if len(prefix) < FRAME.size:
         raise CorruptRecordError("record frame cut short", path=src.path, offset=off)
-    magic, crc, blen = FRAME.unpack(head)
+    magic, crc, blen = FRAME.unpack(prefix)
     if magic != MAGIC:
         raise CorruptRecordError("bad record magic", path=src.path, offset=off)
     if blen > MAX_BODY or off + FRAME.size + blen > limit:
@@ -371,10 +443,10 @@ def read_record(src: Source, off: int, limit: int) -> tuple[Record, int]:
                 raise CorruptRecordError("record CRC mismatch", path=src.path, offset=off)
             rec = decode_body(header, path=src.path, offset=off, payload=payload)
             return rec, FRAME.size + blen
-    body = src.read(at, blen)
-    if len(body) != blen or frame_crc(blen, body) != crc:
+    whole = src.read(at, blen)
+    if len(whole) != blen or frame_crc(blen, whole) != crc:
         raise CorruptRecordError("record CRC mismatch", path=src.path, offset=off)
-    return decode_body(body, path=src.path, offset=off), FRAME.size + blen
+    return decode_body(whole, path=src.path, offset=off), FRAME.size + blen
 
 
 @dataclass(slots=True)

@@ -117,3 +117,39 @@ def test_read_record_reads_the_payload_apart_and_still_checks_every_byte(
                 read_record(src, 3, len(buf))
         finally:
             src.close()
+
+
+@pytest.mark.parametrize("size", [0, 40, 300_000])  # the last past PlainSource's window
+def test_read_head_is_the_record_without_its_payload_and_checks_every_byte(
+    tmp_path: Path, size: int
+) -> None:
+    """read_head gives what the header says and the payload's size, as RecordHead.of the
+    whole record does, and refuses a flipped bit anywhere in the frame (payload included:
+    a planning read trusts nothing a whole read refuses)."""
+    from headwater.store.record import RecordHead
+    from headwater.store.segment import PlainSource, read_head
+
+    rec = Record(Position(4, 5, 6, 7), b"q" * size, ts_us=123, gtid="0-1-9",
+                 tables=(("a.b", 3),), schema_version=2, flags=1, chunk_no=0)  # fmt: skip
+    buf = b"pad" + frame(rec, seq=11)
+    path = tmp_path / "seg"
+    path.write_bytes(buf)
+    src = PlainSource(str(path))
+    try:
+        got, n = read_head(src, 3, len(buf))
+    finally:
+        src.close()
+    assert n == len(buf) - 3
+    assert got == RecordHead.of(parse(buf[3:]))
+    assert (got.seq, got.size, got.tables, got.position) == (11, size, rec.tables, rec.position)
+    step = max(1, len(buf) // 200)
+    for i in [*range(3, 3 + FRAME.size + 80), *range(3, len(buf), step), len(buf) - 1]:
+        bad = bytearray(buf)
+        bad[i] ^= 0x10
+        path.write_bytes(bad)
+        src = PlainSource(str(path))
+        try:
+            with pytest.raises(CorruptRecordError):
+                read_head(src, 3, len(buf))
+        finally:
+            src.close()

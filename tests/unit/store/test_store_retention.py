@@ -202,3 +202,23 @@ def test_maintenance_interval_must_be_positive() -> None:
 
     with pytest.raises(ValueError, match="maintenance_interval_s"):
         StoreOptions(maintenance_interval_s=0)
+
+
+def test_heads_match_the_records_in_every_kind_of_segment(tmp_path: Path, opts, rec) -> None:
+    """LogReader.heads: the header fields and payload size of each record, the same from
+    compressed and plain segments, the writer's memory tail and a read-only process."""
+    from headwater.store.record import RecordHead
+
+    with ChangeLog.open(str(tmp_path), opts(compress_after_s=1.0)) as log:
+        fill(log, rec, 1, 301)
+        assert log.compress_sealed(NOW)
+        want = [RecordHead.of(r) for r in log.reader()]
+        assert [h.seq for h in want] == list(range(1, 301))
+        assert list(log.reader().heads()) == want
+        assert list(log.reader(AtSeq(150)).heads()) == want[149:]
+        ro = ChangeLog.open(str(tmp_path), opts(), read_only=True)
+        try:
+            assert list(ro.reader().heads()) == want
+            assert list(ro.reader(AtSeq(299)).heads()) == want[298:]
+        finally:
+            ro.close()
