@@ -50,6 +50,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static const char TRUNC[] = "row image runs past the end of the event";
 static const char UNROUTABLE[] = "unroutable key";
@@ -474,6 +475,56 @@ static inline const uint8_t *entry_key(const Entry *e) {
     return e->keylen <= INLINE_KEY ? e->key.bytes : e->key.ptr;
 }
 
+/* The hash table's memory. A large table (millions of keys) is touched at random, one
+ * slot per write: with 4 KiB pages nearly every write also misses the TLB, and the page
+ * walk stalled even the slot's prefetch (perf: about a third of the key pass). A table of
+ * TABLE_HUGE bytes or more is therefore mapped on its own, aligned to 2 MiB, and advised
+ * as huge pages (MADV_HUGEPAGE: transparent huge pages in their usual `madvise` mode;
+ * elsewhere the advice is ignored and nothing changes) once it is dense enough: at once
+ * for a table made by grow() (a third full), and for a table sized from a hint when its
+ * keys reach cap / 1024, when the pages touched so far are collapsed too (MADV_COLLAPSE,
+ * Linux 6.1+; without it they stay small). Then about a tenth of its 4 KiB pages (102
+ * entries each) are touched already: a hint far above the keys that come (many writes to
+ * few keys) maps no huge pages, and one that stops just past the threshold holds at most
+ * about ten times the resident memory small pages would. Collapsing at cap / 64 instead
+ * copied so much that it gained nothing. Key pass of bench/replay.py's 2.1 million
+ * changes, one part of two, in-process (load 3.4): 0.18 -> 0.13 CPU-seconds. */
+#define TABLE_HUGE ((size_t)4 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+static Entry *table_alloc(size_t n) {
+    size_t bytes = n * sizeof(Entry);
+    if (bytes < TABLE_HUGE) return PyMem_Calloc(n, sizeof(Entry));
+    /* anonymous memory comes zeroed: no memset; mapped 2 MiB more to align its start */
+    uint8_t *raw = mmap(NULL, bytes + HUGE_PAGE, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    if (raw + HUGE_PAGE > p) munmap(p + bytes, (size_t)(raw + HUGE_PAGE - p));
+    return (Entry *)p;
+}
+
+/* Advises a table of table_alloc as huge pages (and collapses what is touched already). */
+static void table_huge(Entry *table, size_t n, int collapse) {
+    size_t bytes = n * sizeof(Entry);
+    if (bytes < TABLE_HUGE || table == NULL) return;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(table, bytes, MADV_HUGEPAGE);
+    if (collapse) (void)madvise(table, bytes, MADV_COLLAPSE); /* EINVAL before 6.1: ignored */
+#endif
+}
+
+static void table_free(Entry *table, size_t n) {
+    if (n * sizeof(Entry) < TABLE_HUGE)
+        PyMem_Free(table);
+    else if (table != NULL)
+        munmap(table, n * sizeof(Entry));
+}
+
 typedef struct {
     size_t key_at, key_len;
     uint64_t hash;
@@ -492,6 +543,7 @@ typedef struct {
     uint64_t parts, part;
     Entry *table;
     size_t cap, used;    /* cap: a power of two */
+    size_t dense;        /* advise huge pages when `used` reaches it (0: done) */
     Chunk *arena;
     Bytes kb, ka;        /* scratch keys */
     Val *vb, *va;        /* scratch values, 64 each */
@@ -502,7 +554,7 @@ typedef struct {
 } Scanner;
 
 static void Scanner_dealloc(Scanner *self) {
-    PyMem_Free(self->table);
+    table_free(self->table, self->cap);
     Chunk *c = self->arena;
     while (c) {
         Chunk *next = c->next;
@@ -540,7 +592,8 @@ static PyObject *Scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->cap = 1024;
     if (hint > HINT_MAX) hint = HINT_MAX;
     while ((hint + 1) * 10 > self->cap * 7) self->cap *= 2; /* record_write's load limit */
-    self->table = PyMem_Calloc(self->cap, sizeof(Entry));
+    self->table = table_alloc(self->cap);
+    self->dense = self->cap / 1024;
     self->vb = PyMem_Calloc(64, sizeof(Val));
     self->va = PyMem_Calloc(64, sizeof(Val));
     if (!self->table || !self->vb || !self->va) {
@@ -584,11 +637,12 @@ static uint8_t *arena_copy(Scanner *self, const uint8_t *p, size_t n) {
 
 static int grow(Scanner *self) {
     size_t cap = self->cap * 2;
-    Entry *t = PyMem_Calloc(cap, sizeof(Entry));
+    Entry *t = table_alloc(cap);
     if (t == NULL) {
         PyErr_NoMemory();
         return -1;
     }
+    table_huge(t, cap, 0); /* (it is a third full at once: dense) */
     for (size_t i = 0; i < self->cap; i++) {
         Entry *e = &self->table[i];
         if (!e->hash) continue;
@@ -596,7 +650,8 @@ static int grow(Scanner *self) {
         while (t[j].hash) j = (j + 1) & (cap - 1);
         t[j] = *e;
     }
-    PyMem_Free(self->table);
+    table_free(self->table, self->cap);
+    self->dense = 0;
     self->table = t;
     self->cap = cap;
     return 0;
@@ -634,7 +689,10 @@ static int record_write(Scanner *self, const uint8_t *kb, size_t klen, uint64_t 
     e->seq = seq;
     e->present = (uint8_t)present;
     e->offset = (uint32_t)offset;
-    self->used++;
+    if (++self->used == self->dense) {
+        table_huge(self->table, self->cap, 1);
+        self->dense = 0;
+    }
     return 0;
 }
 

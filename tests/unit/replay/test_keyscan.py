@@ -232,3 +232,41 @@ def test_a_size_hint_changes_nothing_but_the_table_size(parts: int) -> None:
             got.append((scanner.keys, scanner.survivors(), removed))
         assert got[0][0] > 5000 // parts // 2
         assert all(g == got[0] for g in got[1:])
+
+
+def test_tables_in_huge_pages_give_the_same_survivors() -> None:
+    """A table of 4 MiB or more (lastwrite.c TABLE_HUGE) is mapped on its own and advised
+    as huge pages: sized from a hint (advised when its keys reach cap / 1024, the pages
+    touched so far collapsed), or grown past the size: the same survivors and removes as
+    tables that stay small (64 parts: a few thousand keys each), and the keys a
+    sequential replay leaves."""
+    n = 150_000
+    keys = [k * 7919 % 1_000_003 for k in range(n)]
+    moved = [k for k in range(0, 1_000_003, 97) if k % 2]
+    inserts = b"".join(image(k, None) for k in keys)
+    moves = b"".join(image(k, None) + image(k + 2_000_000, "m") for k in moved)
+    deletes = b"".join(image(k + 2_000_000, "m") for k in moved[::3])
+    events = [(INSERT, inserts), (UPDATE, moves), (DELETE, deletes)]
+    state = set(keys)
+    for k in moved:
+        state.discard(k)
+        state.add(k + 2_000_000)
+    state -= {k + 2_000_000 for k in moved[::3]}
+
+    def run(parts: int, part: int, hint: int) -> tuple[int, list[int], list[int]]:
+        scanner = Scanner(parts, part, hint)
+        for ordinal, (op, buf) in enumerate(events):
+            scanner.scan(op, SHAPE, SHAPE if op == UPDATE else None, buf, 0, len(buf), ordinal)
+        count, (column,) = scanner.removes()
+        raw, _offsets = scanner.survivors()
+        seqs = list(struct.unpack(f"<{len(raw) // 8}q", raw))
+        return scanner.keys, seqs, sorted(struct.unpack(f"<{count}q", column))
+
+    hinted, grown = run(1, 0, n), run(1, 0, 0)
+    assert hinted == grown
+    assert len(hinted[1]) == len(state)
+    assert hinted[2] == sorted(set(moved) | {k + 2_000_000 for k in moved[::3]})
+    small = [run(64, part, 0) for part in range(64)]
+    assert sum(keys for keys, _s, _r in small) == hinted[0]
+    assert sorted(s for _k, seqs, _r in small for s in seqs) == hinted[1]
+    assert sorted(r for _k, _s, removed in small for r in removed) == hinted[2]
