@@ -109,6 +109,8 @@ class Scan:
 
     end: LogOffset
     sizes: list[tuple[int, int]]
+    #: a read limit ended the batch before the scan's target
+    cut: bool = False
 
 
 def changes_of(record: Record, options: SourceOptions, log: LocalLog | HttpLog) -> list[ChangeRow]:
@@ -140,6 +142,7 @@ def scan_batch(
     *,
     max_rows: int | None = None,
     max_bytes: int | None = None,
+    resume: Scan | None = None,
 ) -> Scan:
     """Walk ``[start, target)`` (``target`` a record seq) and choose the batch's end.
 
@@ -147,12 +150,16 @@ def scan_batch(
     that would exceed ``max_bytes`` (never before the first) or at the row that would
     exceed ``max_rows`` (at least one row is taken when there is one). An end equal to
     ``start`` means no new data. Raises what the log raises (PositionNotRetainedError).
+
+    ``resume`` (no row limit): this function's earlier result for the same ``start`` and
+    ``max_bytes`` and a nearer target; the walk goes on from where it stopped (the source
+    plans a burst while it lands: module docstring of source.py, "Bursts").
     """
     sizes: list[tuple[int, int]] = []
     if start.seq >= target:
         return Scan(start, sizes)
     if max_rows is None:
-        return _scan_heads(log, options, start, target, max_bytes)
+        return _scan_heads(log, options, start, target, max_bytes, resume)
     rows = nbytes = 0
     last: Position | None = start.last_position
     for rec in log.records(start.seq, target):
@@ -161,14 +168,14 @@ def scan_batch(
             continue
         size = len(rec.payload)
         if max_bytes is not None and sizes and nbytes + size > max_bytes:
-            return Scan(LogOffset(rec.seq, 0, last), sizes)
+            return Scan(LogOffset(rec.seq, 0, last), sizes, cut=True)
         if max_rows is not None:
             first = start.row if rec.seq == start.seq else 0
             emitted = _emitted(changes_of(rec, options, log), options, first)
             room = max_rows - rows
             if len(emitted) > room:
                 sizes.append((rec.seq, size))
-                return Scan(LogOffset(rec.seq, emitted[room], rec.position), sizes)
+                return Scan(LogOffset(rec.seq, emitted[room], rec.position), sizes, cut=True)
             rows += len(emitted)
         sizes.append((rec.seq, size))
         nbytes += size
@@ -182,17 +189,26 @@ def _scan_heads(
     start: LogOffset,
     target: int,
     max_bytes: int | None,
+    resume: Scan | None = None,
 ) -> Scan:
     """:func:`scan_batch` without a row limit: from the record headers alone
     (:meth:`~headwater.spark.logaccess.LocalLog.heads`: no payload built, one
-    ``record_wanted`` per distinct table list, a Position only for the batch's end)."""
+    ``record_wanted`` per distinct table list, a Position only for the batch's end),
+    from where ``resume`` stopped when it is a scan of the range's beginning."""
+    first, last0 = start.seq, start.last_position
     sizes: list[tuple[int, int]] = []
     nbytes = 0
+    if resume is not None and resume.end.row == 0 and first <= resume.end.seq <= target:
+        if resume.cut:
+            return resume
+        first, last0 = resume.end.seq, resume.end.last_position
+        sizes = list(resume.sizes)
+        nbytes = sum(size for _seq, size in sizes)
     prev: RecordHead | None = None  # the last record before the end
     wanted: dict[tuple[tuple[str, int], ...], bool] = {}
     matcher = options.tables
     every = matcher.patterns is None
-    for head in log.heads(start.seq, target):
+    for head in log.heads(first, target):
         tables = head.tables
         if not every:
             ok = wanted.get(tables)
@@ -203,12 +219,12 @@ def _scan_heads(
                 continue
         size = head.size
         if max_bytes is not None and sizes and nbytes + size > max_bytes:
-            last = start.last_position if prev is None else prev.position
-            return Scan(LogOffset(head.seq, 0, last), sizes)
+            last = last0 if prev is None else prev.position
+            return Scan(LogOffset(head.seq, 0, last), sizes, cut=True)
         sizes.append((head.seq, size))
         nbytes += size
         prev = head
-    return Scan(LogOffset(target, 0, start.last_position if prev is None else prev.position), sizes)
+    return Scan(LogOffset(target, 0, last0 if prev is None else prev.position), sizes)
 
 
 def plan_slices(

@@ -48,7 +48,7 @@ def by_records(
             last = rec.position
             continue
         if max_bytes is not None and sizes and nbytes + len(rec.payload) > max_bytes:
-            return Scan(LogOffset(rec.seq, 0, last), sizes)
+            return Scan(LogOffset(rec.seq, 0, last), sizes, cut=True)
         sizes.append((rec.seq, len(rec.payload)))
         nbytes += len(rec.payload)
         last = rec.position
@@ -73,5 +73,28 @@ def test_scan_from_heads_equals_the_walk_over_records(
                 got = scan_batch(log, options, start, target, max_bytes=max_bytes)
                 want = by_records(log, tables, start, target, max_bytes)
                 assert got == want, (first, target)
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("tables", [None, "a.*"])
+@pytest.mark.parametrize("max_bytes", [1, 3_000, 20_000])
+def test_a_scan_resumed_as_the_log_grows_equals_one_scan(
+    tmp_path: Path, tables: str | None, max_bytes: int
+) -> None:
+    """The source plans a landing burst as it grows (scan_batch's ``resume``): the scans
+    of ever further targets end as one scan of the last target does."""
+    task = tmp_path / "task"
+    build(task)
+    options = parse_options({"path": str(task), **({"tables": tables} if tables else {})})
+    log = LocalLog(options, decoding=False)
+    try:
+        for first, steps in ((1, (2, 5, 9, 30, 41)), (17, (17, 18, 41)), (3, (41,))):
+            start = LogOffset(first, 0, Position(9, 9, 9))
+            planned = None
+            for target in steps:
+                planned = scan_batch(log, options, start, target, max_bytes=max_bytes,
+                                     resume=planned)  # fmt: skip
+                assert planned == by_records(log, tables, start, target, max_bytes), target
     finally:
         log.close()

@@ -232,6 +232,51 @@ def test_the_gate_waits_at_most_its_wait_and_not_at_all_when_off() -> None:
     assert off.settle(7, clock.end) == 7 and clock.polls == polls
 
 
+class _Log:
+    """A scripted log for BurstGate's ``wait``: records land at given times (seconds after
+    100.0); ``wait(end, timeout)`` sleeps until the next landing past ``end`` or the
+    timeout, as the store's watch of the head file does."""
+
+    def __init__(self, landings: list[tuple[float, int]]) -> None:
+        self.now = 100.0
+        self.landings = landings  # (time, end from then on)
+        self.waits = 0
+
+    def end(self) -> int:
+        ends = [e for t, e in self.landings if 100.0 + t <= self.now + 1e-9]
+        return ends[-1] if ends else 0
+
+    def wait(self, end: int, timeout: float) -> None:
+        self.waits += 1
+        later = [100.0 + t for t, e in self.landings if e > end and 100.0 + t > self.now]
+        self.now = min([self.now + timeout, *later])
+
+
+def test_the_gate_with_a_watch_times_the_quiet_period_from_the_last_growth() -> None:
+    # Records land at 0, 10, 30 and 45 ms, then nothing until 300 ms.
+    log = _Log([(0.0, 100), (0.01, 200), (0.03, 350), (0.045, 400), (0.3, 500)])
+    seen: list[tuple[float, int]] = []
+    gate = BurstGate(0.2, 0.05, clock=lambda: log.now, sleep=lambda s: None)
+    end = gate.settle(
+        100, log.end, begin=0, wait=log.wait,
+        grown=lambda e: seen.append((round(log.now - 100.0, 3), e)),
+    )  # fmt: skip
+    # cut 50 ms after the last landing (45 ms), not at a poll's granularity
+    assert end == 400 and round(log.now - 100.0, 3) == 0.095
+    # every new end is handed on as it is seen, the first at once
+    assert seen == [(0.0, 100), (0.01, 200), (0.03, 350), (0.045, 400)]
+    # a log that never stops growing is cut at the wait's end
+    log = _Log([(i / 100, 100 * (i + 1)) for i in range(100)])
+    gate = BurstGate(0.2, 0.05, clock=lambda: log.now, sleep=lambda s: None)
+    assert gate.settle(100, log.end, begin=0, wait=log.wait) == 2100
+    assert round(log.now - 100.0, 3) == 0.2
+    # a few records are a live workload's commit: no wait
+    waits = log.waits
+    gate.nothing_new()
+    assert gate.settle(log.end() + 5, log.end, begin=log.end(), wait=log.wait) == log.end() + 5
+    assert log.waits == waits
+
+
 def test_burst_options() -> None:
     assert parse_options(PATH).burst_wait_ms == DEFAULT_BURST_WAIT_MS == 200
     assert parse_options(PATH).burst_quiet_ms == DEFAULT_BURST_QUIET_MS == 50
