@@ -549,9 +549,14 @@ def slice_blocks(
     (lo_seq, lo_row), (hi_seq, hi_row) = part.lo, part.hi
     end = hi_seq + 1 if hi_row > 0 else hi_seq
     want = None if options.tables.patterns is None else options.tables
+    wanted: dict[tuple[tuple[str, int], ...], bool] = {}  # by table list (few distinct)
     for rec in log.records(lo_seq, end):
-        if not options.tables.record_wanted(rec.tables):
-            continue
+        if want is not None:
+            ok = wanted.get(rec.tables)
+            if ok is None:
+                ok = wanted[rec.tables] = want.record_wanted(rec.tables)
+            if not ok:
+                continue
         blocks = decode_blocks(
             rec,
             source=options.source_name,
