@@ -176,3 +176,14 @@ def test_spliced_change_row_equals_parsed_and_reencoded() -> None:
             for k, v in row.items()
         }
         assert orjson.loads(change_row_bytes(as_dicts)) == spliced  # images given as dicts
+
+
+def test_kafka_producers_compress_with_lz4_unless_the_section_says_otherwise() -> None:
+    from headwater.sinks.kafka import KafkaConfig
+    from headwater.sinks.kafka.producer import producer_settings
+
+    settings = producer_settings(KafkaConfig("k:9092"))
+    assert settings["compression.type"] == "lz4"
+    assert settings["enable.idempotence"] is True and settings["acks"] == "all"
+    own = producer_settings(KafkaConfig("k:9092", producer=(("compression.type", "none"),)))
+    assert own["compression.type"] == "none"

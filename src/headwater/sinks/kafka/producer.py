@@ -21,6 +21,9 @@ partition (:mod:`headwater.sinks.bus.spark`) and returns how many it sent.
   each, once per process.
 * Nothing is polled while producing but when the local queue is full; the ``flush`` that
   ends every call serves the delivery reports (failures only) and raises the first.
+* Messages are compressed with LZ4 unless ``producer:`` sets ``compression.type``
+  (:func:`producer_settings`): JSON change rows compress well, so the broker receives,
+  stores and serves a fraction of the bytes.
 * ``partitioning: single`` sends to partition 0; ``key`` leaves the choice to the
   ``murmur2_random`` partitioner (the Java client's hash of the key bytes, so consumers
   and other producers agree); messages without a key (tables without a primary key, DDL
@@ -50,12 +53,23 @@ _created: set[tuple[str, str]] = set()
 
 def producer_settings(config: KafkaConfig) -> dict[str, Any]:
     """librdkafka settings of the sink's producers (without a transactional id or
-    delivery callback)."""
+    delivery callback); ``config.producer`` overrides any of them.
+
+    ``compression.type`` is ``lz4``: on bench/kafka.py's 300k change rows (118 MB of JSON
+    values, 6.6 times smaller in LZ4 frames of 1 MB; real rows vary less and compress
+    less) a plain producer's broker CPU fell from 0.26-0.31 s to 0.06-0.09 s, the
+    producer's own (its Python thread 0.19 s, librdkafka's 0.23-0.27 s) did not move
+    beyond the noise, and its wall time halved (load 3.4-4.2); every Kafka client reads
+    LZ4 batches.
+    Compression changes no guarantee: a compressed batch is one partition's messages in
+    order, retried and de-duplicated whole by the idempotent producer. ``batch.size``
+    (4 MB) and ``linger.ms`` (5 or 50) changed nothing measurable there."""
     settings: dict[str, Any] = {
         "bootstrap.servers": config.bootstrap_servers,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 20,
+        "compression.type": "lz4",
         "partitioner": "murmur2_random",
         "queue.buffering.max.messages": 500_000,
     }
