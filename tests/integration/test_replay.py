@@ -401,9 +401,10 @@ def test_the_c_survivor_decode_and_one_walk_equal_the_python_route_and_two_walks
     spark: Any, typed_log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The key-first read's parts, with the events walked in C, survivors decoded in C
-    (falling back to Python for u's images logged while v was an INT) and pass 1's
-    payloads kept for pass 2 (or read again), equal the Python walk and decode over the
-    range read twice, row for row, in order."""
+    (falling back to Python for u's images logged while v was an INT) in runs of events
+    (Columns.add_events) or one event per call, and pass 1's payloads kept for pass 2 (or
+    read again), equal the Python walk and decode over the range read twice, row for
+    row, in order."""
     from headwater.spark import asofscan
     from headwater.spark.asof import key_first_read, plan_as_of
 
@@ -414,13 +415,16 @@ def test_the_c_survivor_decode_and_one_walk_equal_the_python_route_and_two_walks
         assert scan is not None
         fast = [pa.concat_tables(list(scan.read_part(part))) for part in range(2)]
         with monkeypatch.context() as patch:
+            patch.setattr(asofscan, "EVENTS_IN_C", False)
+            per_event = [pa.concat_tables(list(scan.read_part(part))) for part in range(2)]
+            patch.setattr(asofscan, "EVENTS_IN_C", True)
             patch.setattr(asofscan, "KEEP_BYTES", 0)
             again = [pa.concat_tables(list(scan.read_part(part))) for part in range(2)]
             patch.setattr(asofscan, "SURVIVORS_IN_C", False)
             patch.setattr(asofscan, "WALK_IN_C", False)
             slow = [pa.concat_tables(list(scan.read_part(part))) for part in range(2)]
         assert sum(t.num_rows for t in fast) == (30 if name == "u" else 36)
-        for a, b in zip(again, fast, strict=True):
+        for a, b in zip(again + per_event, fast + fast, strict=True):
             assert a.equals(b)
         for a, b in zip(fast, slow, strict=True):
             assert a.schema == b.schema

@@ -1,5 +1,10 @@
 from typing_extensions import Buffer
 
+EV_DONE: int
+EV_SLOW: int
+EV_ODD: int
+EV_FULL: int
+
 class Plan:
     """How one row image shape fills the Arrow columns (made by :func:`plan`)."""
 
@@ -21,4 +26,17 @@ class Columns:
     rows: int
     def __init__(self, targets: tuple[tuple[str, int, int], ...], /) -> None: ...
     def add(self, plan: Plan, buf: Buffer, offsets: Buffer, /) -> bool: ...
+    def add_events(
+        self,
+        plans: tuple[Plan | None, ...],
+        payloads: list[bytes],
+        firsts: Buffer,
+        events: Buffer,
+        seqs: Buffer,
+        offsets: Buffer,
+        start: int,
+        limit: int,
+        /,
+    ) -> tuple[int, int]:
+        """:meth:`add` over a run of events: (the first survivor not added, EV_*)."""
     def take(self) -> tuple[tuple[int, int, bytes | None, bytes, bytes | None], ...]: ...

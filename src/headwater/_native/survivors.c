@@ -636,6 +636,136 @@ done:
     return result;
 }
 
+/* Adds the images of one event's survivors (offsets in `buf`) as Columns_add does: 0,
+ * ODD (the rows undone), or -1 with an exception. */
+static int add_group(Columns *self, const Plan *pl, const uint8_t *buf, Py_ssize_t len,
+                     const int64_t *at, Py_ssize_t rows) {
+    for (int j = 0; j < self->ncols; j++) {
+        Col *c = &self->cols[j];
+        if (pl->target_kind[j] != c->kind ||
+            (c->kind == T_DECIMAL && pl->target_scale[j] != c->scale)) {
+            PyErr_SetString(PyExc_ValueError, "add_events: a plan is of other columns");
+            return -1;
+        }
+        if (col_reserve(c, rows) < 0) return -1;
+    }
+    Py_ssize_t n0 = self->cols[0].n;
+    Py_ssize_t small[16], *nulls0 = self->ncols <= 16 ? small
+                                        : PyMem_Malloc(sizeof(Py_ssize_t) * self->ncols);
+    if (nulls0 == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int j = 0; j < self->ncols; j++) nulls0[j] = self->cols[j].nulls;
+    int rc = 0;
+    for (Py_ssize_t r = 0; r < rows && rc == 0; r++)
+        rc = add_image(self, pl, buf, len, (Py_ssize_t)at[r]);
+    if (rc)
+        for (int j = 0; j < self->ncols; j++) col_truncate(&self->cols[j], n0, nulls0[j]);
+    if (nulls0 != small) PyMem_Free(nulls0);
+    return rc;
+}
+
+enum { EV_DONE = 0, EV_SLOW = 1, EV_ODD = 2, EV_FULL = 3 };
+
+/* add_events(plans, payloads, firsts, events, seqs, offsets, start, limit) -> (stop, status)
+ *
+ * Columns_add over a run of events at once (headwater/spark/asofscan.py
+ * _FastWalker.survivors_of: one call instead of one per event). `seqs` and `offsets` are
+ * the scanner's survivors (native int64s, in sequence order: an event's ordinal << 32 |
+ * its row); `events` the C walk's rows of six int64s per ordinal (_walk: table index or
+ * -1, op, body, first image, end, rows); `firsts` the ordinal each record of `payloads`
+ * (bytes) starts at; `plans` a Plan or None per table index. From survivor `start`, the
+ * images of each event's survivors are added (offsets in its record's payload) until:
+ * the end (EV_DONE, stop = the survivors' count), an event that is not this call's to do
+ * (EV_SLOW: walked in Python, or its shape has no plan), an event with a value this
+ * module does not type (EV_ODD: its rows undone), or `limit` rows gathered (EV_FULL).
+ * `stop` is the first survivor not added: the caller does that event its own way. */
+static PyObject *Columns_add_events(Columns *self, PyObject *args) {
+    PyObject *plans, *payloads;
+    Py_buffer firsts, events, seqs, offs;
+    Py_ssize_t start, limit;
+    if (!PyArg_ParseTuple(args, "O!O!y*y*y*y*nn:add_events", &PyTuple_Type, &plans,
+                          &PyList_Type, &payloads, &firsts, &events, &seqs, &offs, &start,
+                          &limit))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = seqs.len / 8, nrec = firsts.len / 8, nev = events.len / 48;
+    const int64_t *seq = seqs.buf, *off = offs.buf, *first = firsts.buf, *ev = events.buf;
+    if (seqs.len % 8 || offs.len != seqs.len || firsts.len % 8 || events.len % 48 ||
+        nrec != PyList_GET_SIZE(payloads) || start < 0 || start > n) {
+        PyErr_SetString(PyExc_ValueError, "add_events: arrays of other lengths");
+        goto done;
+    }
+    int status = EV_DONE;
+    Py_ssize_t i = start, r = 0;
+    if (i < n) { /* the record of the first survivor's event: the last first <= its ordinal */
+        Py_ssize_t lo = 0, hi = nrec;
+        while (hi - lo > 1) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (first[mid] <= seq[i] >> 32) lo = mid; else hi = mid;
+        }
+        r = lo;
+    }
+    while (i < n) {
+        int64_t ordinal = seq[i] >> 32;
+        Py_ssize_t j = i + 1;
+        while (j < n && seq[j] >> 32 == ordinal) j++;
+        if (ordinal < 0 || ordinal >= nev) {
+            PyErr_SetString(PyExc_ValueError, "add_events: a survivor of no event");
+            goto done;
+        }
+        int64_t t = ev[6 * ordinal];
+        if (t < 0) {
+            status = EV_SLOW;
+            break;
+        }
+        if (t >= PyTuple_GET_SIZE(plans)) {
+            PyErr_SetString(PyExc_ValueError, "add_events: an event of no plan");
+            goto done;
+        }
+        PyObject *plan = PyTuple_GET_ITEM(plans, t);
+        if (plan == Py_None) {
+            status = EV_SLOW;
+            break;
+        }
+        if (!PyObject_TypeCheck(plan, &PlanType)) {
+            PyErr_SetString(PyExc_TypeError, "add_events: plans are Plan or None");
+            goto done;
+        }
+        /* the record holding the ordinal: the last whose first ordinal is <= it */
+        while (r + 1 < nrec && first[r + 1] <= ordinal) r++;
+        if (nrec == 0 || first[r] > ordinal) {
+            PyErr_SetString(PyExc_ValueError, "add_events: an event in no record");
+            goto done;
+        }
+        PyObject *payload = PyList_GET_ITEM(payloads, r);
+        if (!PyBytes_Check(payload)) {
+            PyErr_SetString(PyExc_TypeError, "add_events: payloads are bytes");
+            goto done;
+        }
+        int rc = add_group(self, (const Plan *)plan, (const uint8_t *)PyBytes_AS_STRING(payload),
+                           PyBytes_GET_SIZE(payload), off + i, j - i);
+        if (rc < 0) goto done;
+        if (rc) {
+            status = EV_ODD;
+            break;
+        }
+        i = j;
+        if (self->cols[0].n >= limit) {
+            status = i < n ? EV_FULL : EV_DONE;
+            break;
+        }
+    }
+    result = Py_BuildValue("(ni)", i, status);
+done:
+    PyBuffer_Release(&firsts);
+    PyBuffer_Release(&events);
+    PyBuffer_Release(&seqs);
+    PyBuffer_Release(&offs);
+    return result;
+}
+
 /* take() -> ((rows, nulls, validity | None, data, offsets | None), ...) per column, the
  * buffers of pyarrow.Array.from_buffers; the builder is empty afterwards. */
 static PyObject *Columns_take(Columns *self, PyObject *unused) {
@@ -680,6 +810,9 @@ static PyObject *Columns_rows(Columns *self, void *closure) {
 
 static PyMethodDef Columns_methods[] = {
     {"add", (PyCFunction)Columns_add, METH_VARARGS, "add(plan, buf, offsets) -> bool"},
+    {"add_events", (PyCFunction)Columns_add_events, METH_VARARGS,
+     "add_events(plans, payloads, firsts, events, seqs, offsets, start, limit) -> "
+     "(stop, status): Columns.add over a run of events (see the source)"},
     {"take", (PyCFunction)Columns_take, METH_NOARGS,
      "take() -> the columns' Arrow buffers; the builder is empty afterwards"},
     {NULL},
@@ -720,7 +853,11 @@ PyMODINIT_FUNC PyInit__survivors(void) {
     Py_INCREF(&PlanType);
     Py_INCREF(&ColumnsType);
     if (PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0 ||
-        PyModule_AddObject(m, "Columns", (PyObject *)&ColumnsType) < 0) {
+        PyModule_AddObject(m, "Columns", (PyObject *)&ColumnsType) < 0 ||
+        PyModule_AddIntConstant(m, "EV_DONE", EV_DONE) < 0 ||
+        PyModule_AddIntConstant(m, "EV_SLOW", EV_SLOW) < 0 ||
+        PyModule_AddIntConstant(m, "EV_ODD", EV_ODD) < 0 ||
+        PyModule_AddIntConstant(m, "EV_FULL", EV_FULL) < 0) {
         Py_DECREF(m);
         return NULL;
     }

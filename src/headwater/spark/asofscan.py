@@ -351,6 +351,9 @@ WALK_IN_C = True
 #: Whether the key pass's hash table is sized up front from the records' row counts of
 #: the table (Scanner's hint: no rehash as it fills; a test or bench turns it off)
 SIZE_HINT = True
+#: Whether pass 2 hands runs of events to C at once (``Columns.add_events``) rather than
+#: one ``Columns.add`` call per event (a test turns it off to compare)
+EVENTS_IN_C = True
 #: An event whose surviving rows are at least 1/_BULK of its rows is decoded whole (one
 #: call into C, then the survivors picked) rather than image by image.
 _BULK = 8
@@ -631,6 +634,10 @@ class _FastWalker(_Walker):
         import numpy as np
 
         seqs_raw, offsets_raw = scanner.survivors()
+        targets = _targets(self.spec)
+        if EVENTS_IN_C and targets is not None and walked.payloads is not None:
+            yield from self._survivors_in_runs(seqs_raw, offsets_raw, walked, targets)
+            return
         seqs = np.frombuffer(seqs_raw, dtype=np.int64)
         offsets = np.frombuffer(offsets_raw, dtype=np.int64)
         ordinals = seqs >> 32
@@ -698,6 +705,101 @@ class _FastWalker(_Walker):
             yield out.table()
         if fast is not None and fast.rows:
             yield _arrow_table(self.spec, fast.take())
+
+    def _survivors_in_runs(
+        self,
+        seqs_raw: bytes,
+        offsets_raw: bytes,
+        walked: _Walked,
+        targets: tuple[tuple[str, int, int], ...],
+    ) -> Iterator[pa.Table]:
+        """:meth:`survivors_of` with the events whose shape has a C plan decoded in runs
+        by ``Columns.add_events`` (one call per run, not a Python step per event: about
+        18 000 events of survivors per task in bench/replay.py). An event that call
+        leaves (walked in Python, a shape without a plan, a value C does not type) is
+        done as :meth:`survivors_of` does it, and the runs go on after it. Either builder
+        is emptied before the other takes rows, so the batches keep sequence order."""
+        import bisect
+
+        import numpy as np
+
+        from headwater._native._survivors import EV_FULL, EV_ODD, Columns
+
+        spec = self.spec
+        seqs = np.frombuffer(seqs_raw, dtype=np.int64)
+        offsets = np.frombuffer(offsets_raw, dtype=np.int64)
+        ordinals = seqs >> 32
+        n = len(seqs)
+        payloads = walked.payloads
+        assert payloads is not None
+        firsts = np.asarray(walked.firsts, dtype=np.int64).tobytes()
+        plans = tuple(table.survivor_plan(shape, targets) for table, shape in walked.tables)
+        rows_of = np.frombuffer(walked.events, dtype=np.int64).reshape(-1, 6)
+        fast = Columns(targets)
+        out = _Columns(spec)
+        odd_at = -1  # the survivor whose event C refused: done the Python way
+        pos = 0
+        while pos < n:
+            ordinal = int(ordinals[pos])
+            t = int(rows_of[ordinal, 0])
+            if t >= 0 and plans[t] is not None and pos != odd_at:
+                if out.rows:
+                    yield out.table()
+                    out = _Columns(spec)
+                try:
+                    pos, status = fast.add_events(
+                        plans, payloads, firsts, walked.events, seqs_raw, offsets_raw, pos,
+                        BATCH_ROWS,
+                    )  # fmt: skip
+                except ValueError as exc:
+                    raise TruncatedError(str(exc)) from None
+                if status == EV_FULL:
+                    yield _arrow_table(spec, fast.take())
+                elif status == EV_ODD:
+                    odd_at = pos
+                continue
+            hi = int(np.searchsorted(ordinals, ordinal, side="right"))
+            t, op, body, first, end, count = rows_of[ordinal].tolist()
+            event: _Event | None
+            if t < 0:
+                event, count = walked.slow[ordinal]
+                table, shape, buf, base = event.table, event.second or event.first, event.buf, 0
+                plan = table.survivor_plan(shape, targets) if pos != odd_at else None
+                if plan is not None:
+                    if out.rows:
+                        yield out.table()
+                        out = _Columns(spec)
+                    try:
+                        done = fast.add(plan, buf, offsets[pos:hi].data)
+                    except ValueError as exc:
+                        raise TruncatedError(str(exc)) from None
+                    if done:
+                        pos = hi
+                        if fast.rows >= BATCH_ROWS:
+                            yield _arrow_table(spec, fast.take())
+                        continue
+            else:
+                table, shape = walked.tables[t]
+                buf = payloads[bisect.bisect_right(walked.firsts, ordinal) - 1]
+                base, event = body, None
+            if fast.rows:
+                yield _arrow_table(spec, fast.take())
+            if event is None:
+                # the event as the Python walk gives it: its body, offsets in it
+                event = _Event(
+                    op, table, shape, shape if op == 1 else None, buf[body:end], first - body
+                )
+            rows = (seqs[pos:hi] & 0xFFFFFFFF).tolist()
+            offs = (offsets[pos:hi] - base).tolist()
+            out.add(event.after_images(rows, offs, count), shape.where)
+            pos = hi
+            if out.rows >= BATCH_ROWS:
+                yield out.table()
+                out = _Columns(spec)
+        if out.rows:
+            yield out.table()
+        if fast.rows:
+            yield _arrow_table(spec, fast.take())
 
 
 #: A row of _Walked.events for an event walked in Python (walk.c's six int64s)
