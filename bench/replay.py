@@ -163,6 +163,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds (medians count)")
     ap.add_argument("--no-cli", action="store_true", help="skip the cold command's run")
+    ap.add_argument(
+        "--warmup", type=int, default=20, help="small untimed runs of the decode and the replay"
+    )
     args = ap.parse_args()
     target_changes = args.changes or (200_000 if args.quick else 2_000_000)
 
@@ -229,11 +232,17 @@ def main() -> None:
         register(spark)
         # Before the clocks: the JVM, the session and the Python workers (their imports,
         # the decoders' code per table shape) are up, for both the decode and the replay:
-        # one small untimed run of each (the first records of the log).
+        # --warmup small untimed runs of each in turn (the first records of the log). They
+        # stand for a session's earlier jobs: the JIT compiles Spark's job machinery over
+        # tens of jobs (a replay's JVM CPU fell from 0.10-0.15 to 0.03-0.05 s over 45
+        # small ones), as bench/kafka.py's --warmup-batches for a pipeline.
         small = "seq:6"  # the CREATEs and the first INSERTs
-        decode_only(spark, tmp / "task", small)
-        # partitions=2: both Python workers of local[2] (the replay's parts) are warm
-        replay_to_parquet(spark, tmp / "task", ["bench.t"], tmp / "warm", as_of=small, partitions=2)
+        for _ in range(max(1, args.warmup)):
+            decode_only(spark, tmp / "task", small)
+            # partitions=2: both Python workers of local[2] (the replay's parts) are warm
+            replay_to_parquet(
+                spark, tmp / "task", ["bench.t"], tmp / "warm", as_of=small, partitions=2
+            )
 
         pitr_runs: list[float] = []
         decode_runs: list[float] = []
