@@ -479,20 +479,22 @@ def test_load_data_path_leaves_the_statement_paths_values_in_mariadb(
 def test_load_data_that_warns_goes_back_and_runs_the_statements(
     mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A duplicate of a UNIQUE secondary key (the probe checks the primary key only) and,
-    outside strict mode, a value the column clips: LOAD DATA skips or clips the row with a
-    warning; the net path rolls it back and the upsert statements give the general
-    path's result."""
+    """Outside strict mode a value the column clips: LOAD DATA clips it with a warning;
+    the net path rolls the load back and the upsert statements give the general path's
+    result. A table with a UNIQUE secondary key (a value may move between keys within a
+    batch) is never loaded: the statements take it whole, with the general path's
+    result."""
     server = mariadb_target
-    dbs = ("hw_ldw", "hw_ldw_gen", "hw_net_ckpt")
+    dbs = ("hw_ldw", "hw_ldw_gen", "hw_ldu", "hw_ldu_gen", "hw_net_ckpt")
     server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
-    for db in dbs[:2]:
+    for db in dbs[:4]:
+        unique = ", UNIQUE KEY (name)" if db.startswith("hw_ldu") else ""
         server.execute(
             f"CREATE DATABASE {db}",
             f"CREATE TABLE {db}.vals (id INT NOT NULL, tag VARCHAR(8) NOT NULL,"
             " big BIGINT UNSIGNED, neg BIGINT, small TINYINT, dbl DOUBLE, flt FLOAT,"
             " amount DECIMAL(30,10), name VARCHAR(40), body TEXT, raw VARBINARY(16),"
-            " PRIMARY KEY (id, tag), UNIQUE KEY (name))",
+            f" PRIMARY KEY (id, tag){unique})",
             f"INSERT INTO {db}.vals (id, tag, name) VALUES (5000, 'a', 'taken')",
         )
 
@@ -512,23 +514,99 @@ def test_load_data_that_warns_goes_back_and_runs_the_statements(
         return out
 
     loads = count_direct(monkeypatch)
-    # The duplicate: the upsert updates the row holding 'taken', as the general path does.
+    # The unique key: no load; the upsert updates the row holding 'taken', as the general
+    # path does.
     changes = batch(0, {"name": "taken"})
-    run_both(sink("hw_ldw"), sink("hw_ldw_gen"), changes, 50, FAST_MYSQL)
-    assert loads == [(False, 1)]
+    run_both(sink("hw_ldu"), sink("hw_ldu_gen"), changes, 50, FAST_MYSQL)
+    assert loads == []
     query = "SELECT * FROM {}.vals ORDER BY id, tag"
-    got = server.query(query.format("hw_ldw"))
-    assert got == server.query(query.format("hw_ldw_gen"))
+    got = server.query(query.format("hw_ldu"))
+    assert got == server.query(query.format("hw_ldu_gen"))
     assert len(got) == 50 and [r[0] for r in got if r[8] == "taken"] == [5000]
     # A value the column clips, outside strict mode: the statements clip it as well.
-    loads.clear()
     server.execute("DROP DATABASE hw_net_ckpt")
     changes = batch(100, {"name": "y" * 41, "small": 127})
     run_both(sink("hw_ldw", ""), sink("hw_ldw_gen", ""), changes, 50, FAST_MYSQL)
     assert loads == [(False, 1)]
     got = server.query(query.format("hw_ldw"))
-    assert got == server.query(query.format("hw_ldw_gen")) and len(got) == 100
+    assert got == server.query(query.format("hw_ldw_gen")) and len(got) == 51
     assert [r[8] for r in got if r[0] == 120] == ["y" * 40]
+
+
+def test_load_data_of_the_keys_the_target_does_not_hold_in_mariadb(
+    mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catch-up's second batch: the first (a few rows) put keys inside its key range.
+    The held keys' rows run as statements, the others are loaded; removes of keys the
+    target never held send no statement. Then a batch of updates only: the probe gives up
+    after its first slice and the statements take it. Then removes in a range the target
+    fills, probed key by key."""
+    server = mariadb_target
+    dbs = ("hw_lds", "hw_lds_gen", "hw_net_ckpt")
+    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
+    net, general = mysql_sink(server, dbs[0], FAST_MYSQL), mysql_sink(server, dbs[1], FAST_MYSQL)
+    net.setup()
+    general.setup()
+    rnd = random.Random(7)
+    held = {i: image(rnd, (i, "a"), True, FAST_MYSQL) for i in range(0, 3000, 50)}
+    first = [("insert", None, img) for img in held.values()]
+    second: list[Any] = inserts(8, 1, 49, FAST_MYSQL)  # every value, NUL included
+    second += [
+        ("insert", None, image(rnd, (i, "b\tc"), True, FAST_MYSQL))
+        for i in range(50, 3000) if i % 50
+    ]  # fmt: skip
+    for i, before in list(held.items())[:30]:
+        if i % 100:
+            second.append(("delete", before, None))
+        else:
+            second.append(("update", before, image(rnd, (i, "a"), True, FAST_MYSQL)))
+    # keys inserted and deleted within the batch: removes the target never held
+    second += [("insert", None, image(rnd, (i, "z"), False, FAST_MYSQL)) for i in range(20)]
+    second += [("delete", image(rnd, (i, "z"), False, FAST_MYSQL), None) for i in range(20)]
+    updates = [
+        ("update", img, image(rnd, (i, "a"), True, FAST_MYSQL))
+        for i, img in list(held.items())[30:]
+    ]
+    # removes in a range the target fills: asked key by key; two it never held
+    removes = [
+        ("delete", r[2], None) for r in second if r[0] == "insert" and r[2]["id"] in (51, 777, 2999)
+    ]
+    removes += [("delete", image(rnd, (i, "q"), False, FAST_MYSQL), None) for i in (5000, 6000)]
+    loads = count_direct(monkeypatch)
+    statements: list[tuple[bool, int]] = []
+    run = netwrite._Writer._mysql_statements
+
+    def counted(self: Any, plan: Any, rows: Any, columns: Any, delete: bool) -> None:
+        statements.append((delete, rows.num_rows))
+        run(self, plan, rows, columns, delete)
+
+    monkeypatch.setattr(netwrite._Writer, "_mysql_statements", counted)
+    monkeypatch.setattr(netwrite, "_PROBE_KEYS", 500)  # several probe statements
+    seq = 1
+    for batch, chunk in enumerate((first, second, updates, removes)):
+        last = seq + len(chunk) - 1
+        want = general.apply_changes(change_rows(chunk, seq), batch)
+        statements.clear()
+        got = net.apply_net(
+            [net_table(chunk, seq, FAST_MYSQL)], source="src", first_seq=seq, last_seq=last,
+            batch_id=batch, shard=0,
+        )  # fmt: skip
+        assert got.checkpoints == want.checkpoints == {"src": last}
+        seq = last + 1
+        if batch == 1:
+            # 15 held keys deleted and (0, 'z'), whose first key value the target holds
+            # (the only removes sent), 15 held keys updated by statements, the new rows
+            # loaded
+            assert statements == [(True, 16), (False, 15)]
+            assert got.deletes == 35 and got.upserts == 49 + 2891 + 15
+        if batch == 2:
+            assert statements == [(False, 30)]
+    assert statements == [(True, 3)]
+    assert loads == [(True, 0), (True, 0)]
+    query = "SELECT * FROM {}.vals ORDER BY id, tag"
+    rows = server.query(query.format(dbs[0]))
+    assert len(rows) == 60 - 15 + 49 + 2891 - 3 and rows == server.query(query.format(dbs[1]))
+    assert server.query(MYSQL_CKPT.format(dbs[0])) == server.query(MYSQL_CKPT.format(dbs[1]))
 
 
 def test_load_data_refused_by_the_target_runs_the_statements(
