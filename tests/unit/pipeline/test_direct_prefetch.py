@@ -1,0 +1,81 @@
+"""The driver path's record prefetch (headwater.pipeline.direct.Prefetch) against a real
+change log written in this process and read as a reader in another process reads it:
+it holds exactly the records after its cursor, the same as a read of the log, grows as
+the log grows, keeps to its bounds, and answers None for any range it does not hold
+whole."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from headwater.pipeline.direct import Prefetch
+from headwater.position import Position
+from headwater.spark.logaccess import LocalLog
+from headwater.spark.offsets import parse_options
+from headwater.store import ChangeLog, Record, StoreOptions
+
+
+def _append(log: ChangeLog, lo: int, hi: int) -> None:
+    for i in range(lo, hi):
+        log.append_nowait(
+            Record(
+                Position(1, 1, 100 + i),
+                bytes([i % 256]) * (i % 300),
+                ts_us=i,
+                gtid=f"0-1-{i}",
+                tables=(("a.t", 1),),
+            )
+        )
+    log.flush()
+
+
+def _until(check: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "prefetch did not catch up"
+        time.sleep(0.005)
+
+
+def test_prefetch_holds_the_records_after_its_cursor_as_the_log_reads_them(
+    tmp_path: Path,
+) -> None:
+    task = tmp_path / "task"
+    writer = ChangeLog.open(str(task / "changes"), StoreOptions(segment_bytes=64 << 10))
+    options = parse_options({"path": str(task)})
+    reader = LocalLog(options, decoding=False)
+    prefetch = Prefetch(options, max_rows=500)
+    try:
+        _append(writer, 1, 201)
+        assert prefetch.take(1, 2) is None  # no cursor yet: nothing read
+        prefetch.follow(51)
+        _until(lambda: prefetch.take(51, 201) is not None)
+        assert prefetch.take(51, 201) == list(reader.records(51, 201))
+        assert prefetch.take(50, 60) is None and prefetch.take(51, 202) is None
+        _append(writer, 201, 401)  # the log grows: so does the cache (over segments)
+        _until(lambda: prefetch.take(51, 401) is not None)
+        assert prefetch.take(120, 401) == list(reader.records(120, 401))
+        prefetch.follow(300)  # a batch ended at 300: what is before it goes
+        assert prefetch.take(299, 300) is None
+        assert prefetch.take(300, 401) == list(reader.records(300, 401))
+        _append(writer, 401, 1001)  # bounded: at most max_rows records past the cursor
+        _until(lambda: prefetch.take(300, 800) is not None)
+        time.sleep(0.2)
+        assert prefetch.take(300, 801) is None
+        prefetch.follow(900)  # a cursor past the cache: it starts again from there
+        _until(lambda: prefetch.take(900, 1001) is not None)
+        assert prefetch.take(900, 1001) == list(reader.records(900, 1001))
+        prefetch.pause()  # a batch of another path: nothing held, nothing read
+        _append(writer, 1001, 1011)
+        time.sleep(0.2)
+        assert prefetch.take(900, 1001) is None and prefetch.take(1001, 1001) is None
+        prefetch.follow(1001)
+        _until(lambda: prefetch.take(1001, 1011) is not None)
+    finally:
+        prefetch.close()
+        reader.close()
+        writer.close()
+    assert prefetch.take(1001, 1011) is not None  # (closing keeps what it held)
+    prefetch.follow(1005)  # and starts nothing after close
+    assert prefetch._thread is None
