@@ -6,7 +6,8 @@ and puts its new one, so chains, swaps and a key deleted and reinserted need not
 more). A put's value is its after image alone (full row images), so only the after
 images of the puts that are their key's last write need decoding; all others are read
 for their keys only. :class:`ScanSpec` does that in each of ``parts`` tasks
-(``spark.range(parts).mapInArrow``):
+(``spark.range(parts).mapInArrow``; ``headwater replay``'s typed Parquet write runs
+:meth:`ScanSpec.read_part` in a plain RDD job, replay/run.py):
 
 1. **key pass**: walk the table's rows events of the whole range in log order, and for
    every row read only the key columns' bytes (:mod:`headwater._native._lastwrite`, in
@@ -19,7 +20,8 @@ for their keys only. :class:`ScanSpec` does that in each of ``parts`` tasks
    after). When every column's values come typed (``_v``), the images are decoded in C
    straight into Arrow buffers (:mod:`headwater._native._survivors`: integers,
    FLOAT/DOUBLE, DECIMAL up to 38 digits, utf8/ascii/latin1 text), no Python value per
-   row; an image shape with another column kind, or an event with a value that C
+   row, and runs of events in one call (``Columns.add_events``: no Python step per
+   event); an image shape with another column kind, or an event with a value that C
    cannot type exactly as the Python route would (out of the Arrow type's range, text
    invalid in its charset), is decoded the Python way, in batches of its own.
 
@@ -33,6 +35,21 @@ column is such a column in every schema version of the range, under the same nam
 other tables (and base images) take the shuffle read (spark/asof.py). Reading the range
 once per part costs framing, a few % of the decode (the survivors' decode, the bulk of
 the work, is split between the parts).
+
+Why hash parts that each walk the whole range, and not range slices (each task walking
+1/n of the records, keeping each key's last write in its slice, then a merge): the slice
+merge is sound (a key's last write is its last write in the latest slice that writes
+it; a slice's survivor is final unless a later slice writes its key, whatever chains,
+swaps, deletes and reinserts lie between), but it needs each task to learn the keys of
+the later slices: an exchange between tasks, i.e. a second Spark stage with a shuffle
+of every slice's key set (about a million keys here). What a part repeats of the others'
+work is only the framing: reading the records and walking every row image to its key
+and hash, 0.08 of a part's 0.28 CPU-seconds on bench/replay.py's 2.1 million changes
+(measured as the key pass of one part of 64, which owns almost no keys); the hash
+table's writes, the survivors' decode and the Parquet write (the rest) are split by key
+already. With two parts, slices would save each task about 0.04 CPU-seconds; a shuffle
+stage costs more than that on this scale (the JVM's CPU alone for a job of two trivial
+tasks is 0.03-0.15 s, besides the key sets' serialization).
 
 Invariant: the events are walked in the same order by both passes, so an event's
 ordinal (its place among the table's rows events of the range) names it in both.
