@@ -216,31 +216,48 @@ trunc:
     return -1;
 }
 
+/* The key's bytes (module docstring) into `out`, room made once: every row of every
+ * event goes through here (a part's framing), and a call per tag and value to
+ * put_bytes was a tenth of it. */
 static int key_bytes(const Shape *s, const Val *vals, Bytes *out) {
+    size_t need = 0;
+    for (int j = 0; j < s->nkeys; j++)
+        need += vals[j].null ? 1 : s->kind[j] == KEY_TEXT ? 5 + (size_t)vals[j].len : 9;
     out->len = 0;
+    if (need > out->cap) {
+        size_t cap = out->cap ? out->cap : 64;
+        while (cap < need) cap *= 2;
+        uint8_t *b = PyMem_Realloc(out->b, cap);
+        if (b == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        out->b = b;
+        out->cap = cap;
+    }
+    uint8_t *o = out->b;
     for (int j = 0; j < s->nkeys; j++) {
         const Val *v = &vals[j];
-        uint8_t tag;
         if (v->null) {
-            tag = 'n';
-            if (put_bytes(out, &tag, 1) < 0) return -1;
+            *o++ = 'n';
             continue;
         }
         if (s->kind[j] == KEY_TEXT) {
-            uint8_t head[5] = {'s', (uint8_t)v->len, (uint8_t)(v->len >> 8),
-                               (uint8_t)(v->len >> 16), (uint8_t)(v->len >> 24)};
-            if (put_bytes(out, head, 5) < 0 || put_bytes(out, v->p, v->len) < 0) return -1;
+            o[0] = 's';
+            for (int b = 0; b < 4; b++) o[1 + b] = (uint8_t)(v->len >> (8 * b));
+            memcpy(o + 5, v->p, v->len);
+            o += 5 + v->len;
             continue;
         }
         int n = (int)v->len;
         uint64_t u = le_n(v->p, n);
         if (s->kind[j] == KEY_SIGNED && n < 8 && (u >> (8 * n - 1) & 1))
             u |= ~(uint64_t)0 << (8 * n); /* sign extension */
-        tag = (s->kind[j] == KEY_UNSIGNED && u > (uint64_t)INT64_MAX) ? 'u' : 'i';
-        uint8_t word[9] = {tag};
-        for (int b = 0; b < 8; b++) word[1 + b] = (uint8_t)(u >> (8 * b));
-        if (put_bytes(out, word, 9) < 0) return -1;
+        o[0] = (s->kind[j] == KEY_UNSIGNED && u > (uint64_t)INT64_MAX) ? 'u' : 'i';
+        for (int b = 0; b < 8; b++) o[1 + b] = (uint8_t)(u >> (8 * b));
+        o += 9;
     }
+    out->len = (size_t)(o - out->b);
     return 0;
 }
 
