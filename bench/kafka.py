@@ -7,7 +7,7 @@ holds the rows: 1M rows fit). Then ``--rounds`` rounds, each into its own fresh 
 
 1. ``plain``: the file's messages are built first (``change_row`` format, the sink's own
    formatting, :func:`headwater.sinks.bus.arrow.batch_messages`, untimed), then one
-   confluent-kafka producer (the sink's settings: idempotent, ``acks=all``) sends them in
+   confluent-kafka producer (the sink's settings: idempotent, ``acks=all``, LZ4) sends them in
    one thread and flushes: only producing is timed;
 2. ``sink``: the Parquet file read back as a DataFrame goes through
    ``KafkaSink.write_batch`` (``partitioning: key``, ``delivery: at_least_once``, the
@@ -46,7 +46,8 @@ side spent (plain: this process, the producer's threads included; sink: the Spar
 Python workers and this process) and the broker's: on a shared machine the wall-clock
 rates follow the load, the CPU seconds much less. The last line is
 ``kafka_sink_vs_plain_producer=<median sink rate / median plain rate>`` (target >= 0.5).
-``--quick``: 60 000 rows, one round.
+``--quick``: 60 000 rows, one round. ``--compression none`` sends both sides' messages
+uncompressed (the sink's default is LZ4; sessions up to 9 ran without compression).
 """
 
 from __future__ import annotations
@@ -216,6 +217,10 @@ def topic_total(broker: str, topics: list[str]) -> int:
     return total
 
 
+#: librdkafka settings of both sides on top of the sink's (``--compression``).
+PRODUCER: tuple[tuple[str, str], ...] = ()
+
+
 @dataclass(frozen=True)
 class Round:
     """One side's round: messages, wall seconds, CPU seconds of that side and of the
@@ -247,7 +252,9 @@ def plain_round(broker: str, broker_pid: int, path: str, tag: str) -> Round:
     from headwater.sinks.kafka import KafkaConfig
     from headwater.sinks.kafka.producer import _ensure_topics, producer_settings
 
-    config = KafkaConfig(broker, bus=BusOptions(topic=f"{tag}.{{database}}.{{table}}"))
+    config = KafkaConfig(
+        broker, bus=BusOptions(topic=f"{tag}.{{database}}.{{table}}"), producer=PRODUCER
+    )
     messages = plain_messages(path, config.bus.topic)
     topics = sorted({m[0] for m in messages})
     _ensure_topics(config, set(topics))
@@ -276,7 +283,11 @@ def sink_round(spark: Any, broker: str, broker_pid: int, path: str, tag: str, ta
     from headwater.sinks.kafka import KafkaConfig, KafkaSink
     from headwater.sinks.kafka.producer import _ensure_topics
 
-    sink = KafkaSink(KafkaConfig(broker, bus=BusOptions(topic=f"{tag}.{{database}}.{{table}}")))
+    sink = KafkaSink(
+        KafkaConfig(
+            broker, bus=BusOptions(topic=f"{tag}.{{database}}.{{table}}"), producer=PRODUCER
+        )
+    )
     topics = [f"{tag}.bench.t{i}" for i in range(tables)]
     _ensure_topics(sink.config, set(topics))
     df = spark.read.parquet(path)
@@ -299,7 +310,13 @@ def main() -> None:
         "--warmup-batches", type=int, default=30,
         help="untimed 1 000-row sink batches first (a running pipeline's earlier batches)",
     )  # fmt: skip
+    ap.add_argument(
+        "--compression", help="librdkafka compression.type of both sides (default: the sink's, lz4)"
+    )
     args = ap.parse_args()
+    if args.compression:
+        global PRODUCER
+        PRODUCER = (("compression.type", args.compression),)
     n = 60_000 if args.quick else args.rows
     rounds = 1 if args.quick else args.rounds
 
@@ -328,7 +345,9 @@ def main() -> None:
         for w in range(args.warmup):
             print(sink_round(spark, broker, proc.pid, path, f"warmsink{w}", args.tables).line(
                 "warm-up kafka sink    "))  # fmt: skip
-        warm = KafkaSink(KafkaConfig(broker, bus=BusOptions(topic="warm.{database}.{table}")))
+        warm = KafkaSink(
+            KafkaConfig(broker, bus=BusOptions(topic="warm.{database}.{table}"), producer=PRODUCER)
+        )
         # The small batch is a file of its own, not ``.limit(1000)``: Spark names a limit's
         # counter in the generated code from a global id (BaseLimitExec.newLimitCountTerm,
         # ``_limit_counter_<n>``), so every query with a limit misses the codegen cache,
