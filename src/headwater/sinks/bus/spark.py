@@ -37,7 +37,8 @@ consumes its whole input before it yields the first row, so a row over the budge
 the job before any Arrow batch reaches the writer: nothing is sent, and the batch runs
 again with Spark's check on (:func:`write_partitions`), as every batch did before; the
 next :data:`EXACT_AFTER_OVER` batches of the process take that path directly, so a table
-of large rows pays the failed attempt once per that many batches. Column types other than
+of large rows pays the failed attempt once per that many batches (Spark logs the failed
+task as an error; this module logs the switch at INFO). Column types other than
 strings, binary and fixed-width values, a row limit of 0 (no limit) or a byte limit already
 off take the checked path as well.
 
@@ -121,7 +122,8 @@ def _measured(df: DataFrame, budget: int, strings: list[str]) -> DataFrame:
 
     from pyspark.sql import functions as F
 
-    lengths = [F.coalesce(F.octet_length(F.col(f"`{name}`")), F.lit(0)) for name in strings]
+    quoted = ["`" + name.replace("`", "``") + "`" for name in strings]
+    lengths = [F.coalesce(F.octet_length(F.col(name)), F.lit(0)) for name in quoted]
     size = reduce(lambda a, b: a + b, lengths, F.lit(0))
     return df.where(F.when(size > budget, F.raise_error(F.lit(_OVER))).otherwise(F.lit(True)))
 
