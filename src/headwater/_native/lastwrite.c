@@ -900,18 +900,16 @@ static int sort_pairs(int64_t *pairs, size_t n) {
 /* survivors() -> (seqs, offsets): the puts that are their key's last write, as two bytes
  * objects of native int64s, in sequence order. */
 static PyObject *Scanner_survivors(Scanner *self, PyObject *unused) {
-    size_t n = 0;
-    for (size_t i = 0; i < self->cap; i++)
-        if (self->table[i].hash && self->table[i].present) n++;
-    int64_t *pairs = PyMem_Malloc((n ? n : 1) * 2 * sizeof(int64_t));
+    /* one pass over the table (tens of MB), into room for every key it holds */
+    int64_t *pairs = PyMem_Malloc((self->used ? self->used : 1) * 2 * sizeof(int64_t));
     if (pairs == NULL) return PyErr_NoMemory();
-    size_t k = 0;
+    size_t n = 0;
     for (size_t i = 0; i < self->cap; i++) {
         const Entry *e = &self->table[i];
         if (e->hash && e->present) {
-            pairs[2 * k] = e->seq;
-            pairs[2 * k + 1] = e->offset;
-            k++;
+            pairs[2 * n] = e->seq;
+            pairs[2 * n + 1] = e->offset;
+            n++;
         }
     }
     if (sort_pairs(pairs, n) < 0) {
