@@ -293,7 +293,9 @@ class Prefetch:
     a batch elsewhere in the log, a cache at its bounds) reads the log as before. At most
     ``max_rows`` records and :data:`KEEP_BYTES` of payload are held past the cursor (the
     next batch's first seq, :meth:`follow`); the thread waits (no polling) while full
-    or idle.
+    or idle, and reads only when at least ``BURST_RECORDS`` (the source's burst gate's
+    figure) wait past its cursor: a catch-up; a live workload's few records a batch are
+    left to the batch.
     """
 
     def __init__(self, options: SourceOptions, max_rows: int) -> None:
@@ -363,11 +365,19 @@ class Prefetch:
         return max(0, self.max_rows - len(self._records))
 
     def _run(self) -> None:
-        from headwater.spark.logaccess import LocalLog, open_log
+        from pathlib import Path
 
-        changelog = open_log(self.options, decoding=False)
+        from headwater.spark.source import BURST_RECORDS
+        from headwater.store import AtSeq, ChangeLog, LogReader
+
+        assert self.options.path is not None
+        store = ChangeLog.open(str(Path(self.options.path) / "changes"), read_only=True)
+        # One cursor read on sequentially (no lookup per record), opened again only when
+        # follow() moves the cursor elsewhere.
+        reader: LogReader | None = None
+        at = -1  # the seq the reader returns next
+        bursting = False  # BURST_RECORDS were waiting past the cursor when it was set
         try:
-            assert isinstance(changelog, LocalLog)
             while True:
                 with self._cond:
                     while not self._stopped and (self._first < 0 or self._room() == 0):
@@ -376,11 +386,26 @@ class Prefetch:
                         return
                     nxt = self._first + len(self._records)
                     room, generation = self._room(), self._generation
-                end = changelog.end()[0]
-                if end <= nxt:
-                    changelog.wait_past(nxt, WAIT_S)
-                    continue
-                got = list(changelog.records(nxt, min(end, nxt + room)))
+                if reader is None or at != nxt:
+                    if reader is not None:
+                        reader.close()
+                    reader, at = store.reader(AtSeq(nxt)), nxt
+                    bursting = False
+                if not bursting:
+                    # Only a catch-up is read ahead: a live workload's few records a
+                    # batch are read by the batch (no work here per commit).
+                    store.read_side.wait_for(nxt + BURST_RECORDS - 1, WAIT_S)
+                    bursting = store.acked_seq >= nxt + BURST_RECORDS - 1
+                    if not bursting:
+                        continue
+                got: list[Record] = []
+                rec = reader.next(WAIT_S)  # (the store's watch of the head file)
+                while rec is not None:
+                    got.append(rec)
+                    if len(got) >= room:
+                        break
+                    rec = reader.next(0)
+                at = nxt + len(got)
                 with self._cond:
                     if generation == self._generation and nxt == self._first + len(self._records):
                         self._records += got
@@ -388,7 +413,9 @@ class Prefetch:
         except Exception as e:  # (the batch then reads the log itself, as before)
             log.info("driver path: record prefetch stopped: %r", e)
         finally:
-            changelog.close()
+            if reader is not None:
+                reader.close()
+            store.close()
 
 
 class _Kept:
