@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from headwater.changes import ChangeRow
 from headwater.errors import SinkError
-from headwater.gcpause import gc_paused
+from headwater.gcpause import freeze_worker_heap, gc_paused
 from headwater.sinks.base import as_change, pinned_schemas
 from headwater.sinks.failfast import is_terminal
 from headwater.sinks.merge import ROLE_KEY, ROLE_NEW, ROLE_OLD, ChangeColumns
@@ -244,6 +244,7 @@ def _apply_partition(
     # the scope, so it never stays set while the consumer runs.
     with gc_paused(), pinned_schemas():
         out = _apply_batches(sink, batch_id, keys, batches)
+    freeze_worker_heap()  # the daemon's collection after the task (headwater.gcpause)
     if out is not None:
         yield out
 

@@ -135,6 +135,7 @@ def write_partitions(df: DataFrame, ordering: str, tasks: int, write: Writer) ->
 
     import pyarrow as pa
 
+    from headwater.gcpause import freeze_worker_heap
     from headwater.sinks.failfast import decode, encode, is_terminal
 
     global _exact_left
@@ -155,6 +156,7 @@ def write_partitions(df: DataFrame, ordering: str, tasks: int, write: Writer) ->
             if not is_terminal(exc):
                 raise
             error = encode(exc)
+        freeze_worker_heap()  # the daemon's collection after the task (headwater.gcpause)
         yield pa.RecordBatch.from_pydict({"sent": [sent], "error": [error]}, schema=result)
 
     def collect(frame: DataFrame) -> list[Any]:
