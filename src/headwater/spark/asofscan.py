@@ -750,8 +750,15 @@ class _FastWalker(_Walker):
         payloads = walked.payloads
         assert payloads is not None
         firsts = np.asarray(walked.firsts, dtype=np.int64).tobytes()
-        plans = tuple(table.survivor_plan(shape, targets) for table, shape in walked.tables)
         rows_of = np.frombuffer(walked.events, dtype=np.int64).reshape(-1, 6)
+        # plans of the entries this scanner's survivors name only: a walk may hold other
+        # tables' entries too (pipeline/netapply.py walks every table of a batch at once)
+        once = ordinals[np.r_[True, ordinals[1:] != ordinals[:-1]]] if n else ordinals
+        named = set(rows_of[once, 0].tolist())  # (ordinals are sorted: each event once)
+        plans = tuple(
+            table.survivor_plan(shape, targets) if t in named else None
+            for t, (table, shape) in enumerate(walked.tables)
+        )
         fast = Columns(targets)
         out = _Columns(spec)
         odd_at = -1  # the survivor whose event C refused: done the Python way
