@@ -104,13 +104,13 @@ class ParquetParts:
         self.directory = directory
 
     def __call__(self, parts: Iterable[int]) -> Iterator[tuple[int, int, bool]]:
-        from headwater.gcpause import gc_paused
+        from headwater.gcpause import freeze_worker_heap, gc_paused
 
         with gc_paused():
             for part in parts:
                 rows, odd = self.write(part)
                 yield part, rows, odd
-        _freeze_heap()
+        freeze_worker_heap()  # the daemon's full collection after the task: 37-45 ms
 
     def write(self, part: int) -> tuple[int, bool]:
         import pyarrow as pa
@@ -147,25 +147,6 @@ class ParquetParts:
         writer.close()
         os.replace(tmp, path)
         return rows, False
-
-
-def _freeze_heap() -> None:
-    """Collect this task's cyclic garbage, then freeze what lives (``gc.freeze``: the
-    worker's modules and caches), at the end of a task in a Python worker.
-
-    PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker
-    (pyspark/daemon.py); over the heap of a worker that has imported PySpark, pyarrow,
-    numpy and headwater it took 37-45 ms, each task, each replay (two tasks: about a
-    tenth of a warm replay's CPU on bench/replay.py's 2.1 million changes). Frozen
-    objects are skipped by later collections, so the daemon's costs 0.1 ms. The
-    collection here first, so nothing of the task's own garbage is frozen; after the
-    worker's first task it scans only what was made since. Frozen objects are still
-    freed by reference counting; only a cycle among them would stay (module-level
-    objects, which live as long as the worker anyway)."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
 
 
 def _repeating(table: pa.Table) -> list[str]:

@@ -68,7 +68,7 @@ from headwater.binlog.events import DecodeContext, parse_event
 from headwater.binlog.rows import ROWS_EVENT_TYPES, _cached_layout, rows_event_table_id
 from headwater.changes import iter_payload_events
 from headwater.errors import BinlogFormatError, ConfigError, TruncatedError
-from headwater.gcpause import gc_paused
+from headwater.gcpause import freeze_worker_heap, gc_paused
 from headwater.schema.model import TableDef
 from headwater.spark.asofread import BATCH_ROWS, PARTIAL_IMAGE, ColumnSpec, _physical, _spark_of
 from headwater.spark.logaccess import open_log
@@ -181,6 +181,7 @@ class ScanSpec:
                 for part in batch.column(0).to_pylist():
                     for table in self.read_part(part):
                         yield from table.select(names).to_batches()
+        freeze_worker_heap()  # the daemon's full collection after the task (gcpause)
 
     def read_part(self, part: int) -> Iterator[pa.Table]:
         """The rows of the keys hashed to ``part``, in batches (runs on an executor)."""
