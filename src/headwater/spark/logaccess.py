@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 FETCH_BYTES = 8 << 20
 #: Records one ``/v1/fetch`` may return.
 FETCH_RECORDS = 10_000
+#: :meth:`HttpLog.wait_past`'s poll period when the server refuses long polls.
+POLL_S = 0.02
 #: How long a request goes round the task's readers while none answers (a failover
 #: takes seconds), and how long a fetch waits for a member to reach a batch's end.
 FAILOVER_WAIT_S = 30.0
@@ -109,6 +111,10 @@ class LogAccess(Protocol):
     def heads(self, first: int, end: int) -> Iterator[RecordHead]:
         """The :class:`RecordHead` s of :meth:`records` (header fields and payload size,
         CRC-checked, no payload built): what planning a batch reads."""
+
+    def wait_past(self, end: int, timeout: float) -> None:
+        """Wait up to ``timeout`` s for a record at seq ``end`` or later (may return
+        earlier, also without one)."""
 
     def close(self) -> None: ...
 
@@ -211,6 +217,7 @@ class HttpLog:
         self._urls = list(urls) or discover(self._zookeeper or "", options.task)
         self._index = 0
         self._conn: ApiConnection | None = None
+        self._long_poll = True  # wait_past: False once the server refused a long poll
         if decoding:
             self.load_decoding()
 
@@ -296,6 +303,31 @@ class HttpLog:
         latest = answer.get("latest")
         pos = None if latest is None else _position(latest["position"])
         return int(answer["next"]["seq"]), pos
+
+    def wait_past(self, end: int, timeout: float) -> None:
+        """Wait up to ``timeout`` s for a record at seq ``end`` or later that the ``tables``
+        option keeps: one long-poll ``/v1/fetch`` from ``end`` (the server wakes it when
+        its writer acknowledges a record; no polling), which may return earlier (its
+        ``max_wait``, a filtered stretch scanned). An idle stream used to ask
+        ``/v1/subscribe`` every 20 ms, 200 requests per 4 s wait. A server whose
+        ``max_wait`` refuses the wait (400) is asked again every ``POLL_S`` instead."""
+        if self._long_poll:
+            checkpoint = self._subscribe(AtSeq(end))["checkpoint"]
+            request = {
+                "checkpoint": checkpoint,
+                "max_rows": 1,
+                "max_bytes": FETCH_BYTES,
+                "timeout_ms": max(1, int(timeout * 1000)),
+            }
+            answer = wait_started(lambda: self._exchange("POST", "/v1/fetch", request))
+            if answer.status == 200:
+                return
+            if answer.status != 400:
+                raise api_error(answer, f"{self.url}/v1/fetch", bad_request_is_config=False)
+            log.info("%s refuses a %.1f s long poll (its max_wait): polling every %.2f s",
+                     self.url, timeout, POLL_S)  # fmt: skip
+            self._long_poll = False
+        time.sleep(min(timeout, POLL_S))
 
     def earliest(self) -> int | None:
         """The seq of the log's first retained record (None: the log is empty)."""

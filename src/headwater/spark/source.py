@@ -59,16 +59,17 @@ An idle stream is also polled less: Spark asks ``latestOffset`` again 10 ms afte
 to the source's Python process (about 1.5 ms of CPU in all on this machine, 100 times a
 second). ``latestOffset`` waits for the log to grow before it says so, and returns as soon
 as it does: on a task directory it sleeps on the store's inotify watch of the head file
-(the writer's acknowledgements wake it), over HTTP it looks every ``IDLE_CHECK_S`` (20
-ms). New records wait no longer than before. The first wait after data is ``IDLE_WAIT_S``
-(0.5 s); once the stream has had no new data for ``IDLE_LONG_AFTER_S`` (5 s), each wait
-is ``IDLE_WAIT_MAX_S`` (4 s), so an idle stream costs one round trip (about 3 ms of CPU
-with its ``reportLatestOffset``, JVM and Python, measured at load 5) every 4 s instead
-of two a second (``bench/idle.py``). The short waits first keep ``processAllAvailable``
-(which returns at the end of the first wait that finds nothing) quick in tests and
-tools that call it right after a batch. ``reportLatestOffset`` reuses the end
-``latestOffset`` just saw. Stopping the query does not wait for an idle wait to end:
-``query.stop()`` interrupts the stream thread, and its read from the source's process
+(the writer's acknowledgements wake it), over HTTP it long-polls ``/v1/fetch`` from the
+log's end (the server's writer wakes it; a server whose ``max_wait`` refuses the wait is
+asked every 20 ms). New records wait no longer than before. The first wait after data is
+``IDLE_WAIT_S`` (0.5 s); once the stream has had no new data for ``IDLE_LONG_AFTER_S`` (5
+s), each wait is ``IDLE_WAIT_MAX_S`` (4 s), so an idle stream costs one round trip (about
+3 ms of CPU with its ``reportLatestOffset``, JVM and Python, measured at load 5) every 4 s
+instead of two a second (``bench/idle.py``). The short waits first keep
+``processAllAvailable`` (which returns at the end of the first wait that finds nothing)
+quick in tests and tools that call it right after a batch. ``reportLatestOffset`` reuses
+the end ``latestOffset`` just saw. Stopping the query does not wait for an idle wait to
+end: ``query.stop()`` interrupts the stream thread, and its read from the source's process
 gives up (measured by ``tests/integration/test_spark_source_idle.py``); the pipeline
 runner stops a query whose trigger is only getting offsets at once.
 """
@@ -386,7 +387,7 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
                 return answer
             if self._target is not None:  # availableNow: nothing will come; end now
                 return start
-            # Nothing new (module docstring, "Idle"): look again every IDLE_CHECK_S for a
+            # Nothing new (module docstring, "Idle"): wait for the log to grow for a
             # while before saying so; Spark asks again 10 ms after the answer.
             seen = self._end[0] if self._end is not None else None
             while True:
@@ -394,8 +395,8 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
                 if remaining < IDLE_CHECK_S:
                     return start
                 changelog = self.log()
-                if isinstance(changelog, LocalLog) and seen is not None:
-                    changelog.wait_past(seen, remaining)  # woken by the writer's head update
+                if seen is not None:  # woken by the writer's acknowledgement (docstring)
+                    changelog.wait_past(seen, remaining)
                 else:
                     time.sleep(IDLE_CHECK_S)
                 if changelog.end()[0] != seen:
