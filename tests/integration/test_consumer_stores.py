@@ -1,16 +1,19 @@
 """``claim_many`` of the SQL (MariaDB, PostgreSQL) and ZooKeeper checkpoint stores against
 ``claim`` one shard at a time: the same epochs and checkpoints, and the same fencing of
 the epoch it replaced (real servers: the session's MariaDB, the machine's PostgreSQL, a
-ZooKeeper started on a free port); and a group member whose loop fails."""
+ZooKeeper started on a free port); a group member whose loop fails; the SQL store's cap
+on idle connections."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from headwater.client import CheckpointStore, FencedError, SqlStore, ZkStore
+from headwater.coordination.sqlstore import MAX_IDLE
 from headwater.coordination.zk import connect
 from headwater.sandbox import MariadbSandbox
 from tests.integration.test_reader_capture import wait_for
@@ -110,3 +113,34 @@ def test_a_group_loop_that_fails_hands_the_error_to_on_error_and_ends(
         for c in (client, other):
             c.stop()
             c.close()
+
+
+def test_sql_store_keeps_at_most_max_idle_connections(mariadb: MariadbSandbox, db: str) -> None:
+    opened: list[Any] = []
+
+    def connect_counted() -> Any:
+        conn = mariadb.connect(db)
+        opened.append(conn)
+        return conn
+
+    store = SqlStore(connect_counted)
+    burst = MAX_IDLE + 3
+    barrier = threading.Barrier(burst)
+
+    def operation() -> None:
+        with store._tx() as cur:
+            barrier.wait(30)  # all at once: each needs a connection of its own
+            cur.execute("SELECT 1")
+
+    threads = [threading.Thread(target=operation) for _ in range(burst)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(opened) == burst
+    assert len(store._idle) == MAX_IDLE
+    assert sum(1 for c in opened if c.open) == MAX_IDLE  # the others were closed
+    store.load("nothing")  # reuses an idle connection
+    assert len(opened) == burst
+    store.close()
+    assert not any(c.open for c in opened)

@@ -19,7 +19,10 @@ operation takes an idle connection (or opens one) and gives it back: no lock is 
 statement runs. A claim may wait on a checkpoint row lock for as long as another transaction
 holds it (the previous owner's handler, stopped before its commit: that wait is what keeps
 its batch from being applied twice), and the saves of the other shards, and the final saves
-of a stop, must not queue behind it on one connection.
+of a stop, must not queue behind it on one connection. At most :data:`MAX_IDLE`
+connections are kept idle; one given back beyond that is closed, so a burst of
+concurrent operations (a rebalance claiming every shard while each shard saves) does not
+leave as many connections open on the database for the process's lifetime.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ __all__ = ["SqlStore"]
 
 GROUPS = "headwater_consumer_groups"
 SHARDS = "headwater_consumer_shards"
+#: Idle connections kept for reuse (module docstring); more are closed when given back.
+MAX_IDLE = 4
 
 
 class SqlStore:
@@ -87,7 +92,7 @@ class SqlStore:
             reusable = True
         finally:
             with self._lock:
-                keep = reusable and not self._closed
+                keep = reusable and not self._closed and len(self._idle) < MAX_IDLE
                 if keep:
                     self._idle.append(conn)
             if not keep:
