@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from headwater.changes.sequence import ROW_BITS, ROW_LIMIT
 from headwater.errors import ConfigError, SinkError, TruncatedError
-from headwater.gcpause import gc_paused
+from headwater.gcpause import freeze_worker_heap, gc_paused
 from headwater.pipeline.direct import DirectBatch, offset_at
 from headwater.sinks.base import pinned_schemas
 from headwater.sinks.failfast import is_terminal
@@ -556,6 +556,7 @@ def _task(
                 [pa.array(shards, pa.int32()), pa.array(results, pa.binary())],
                 names=["shard", "result"],
             )
+    freeze_worker_heap()  # the daemon's full collection after the task (headwater.gcpause)
 
 
 def apply_shard(plan: NetPlan, sink: SqlSink, shard: int) -> tuple[Any, Any]:
