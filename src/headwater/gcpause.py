@@ -44,7 +44,7 @@ def freeze_worker_heap() -> None:
     one scans only what was made since the last freeze. The collection comes first, so
     nothing of the task's own garbage is frozen. Frozen objects are still freed by
     reference counting; only a cycle among them stays (module-level objects and caches,
-    which live as long as the worker anyway). Measured on the replay's tasks (session 9):
+    which live as long as the worker anyway). Measured on the replay's tasks (2026-11-24):
     Python workers' CPU per replay of bench/replay.py --quick 0.11-0.14 -> 0.05-0.10 s."""
     gc.collect()
     gc.freeze()
