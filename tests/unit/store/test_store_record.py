@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,26 @@ def parse(buf: bytes) -> Record:
     body = buf[FRAME.size : FRAME.size + blen]
     assert frame_crc(blen, body) == crc
     return decode_body(body)
+
+
+def every_flip_refused(path: Path, buf: bytes, read: Any, samples: int) -> None:
+    """``read(source, 3, len(buf))`` of the frame at offset 3 of ``buf`` written to
+    ``path`` raises CorruptRecordError with a bit flipped in any byte of its header and
+    first 80 bytes and in about ``samples`` bytes across the rest (every byte of the small
+    frames, a sample of a big one)."""
+    from headwater.store.segment import PlainSource
+
+    step = max(1, len(buf) // samples)
+    for i in [*range(3, 3 + FRAME.size + 80), *range(3, len(buf), step), len(buf) - 1]:
+        bad = bytearray(buf)
+        bad[i] ^= 0x10
+        path.write_bytes(bad)
+        src = PlainSource(str(path))
+        try:
+            with pytest.raises(CorruptRecordError):
+                read(src, 3, len(buf))
+        finally:
+            src.close()
 
 
 def test_round_trip_keeps_every_field() -> None:
@@ -106,17 +127,7 @@ def test_read_record_reads_the_payload_apart_and_still_checks_every_byte(
     assert n == len(buf) - 3 and type(got.payload) is bytes
     assert got == parse(buf[3:])
     assert (got.payload, got.tables, got.gtid) == (rec.payload, rec.tables, rec.gtid)
-    step = max(1, len(buf) // 300)  # every byte of the small frames, a sample of the big one
-    for i in [*range(3, 3 + FRAME.size + 80), *range(3, len(buf), step), len(buf) - 1]:
-        bad = bytearray(buf)
-        bad[i] ^= 0x10
-        path.write_bytes(bad)
-        src = PlainSource(str(path))
-        try:
-            with pytest.raises(CorruptRecordError):
-                read_record(src, 3, len(buf))
-        finally:
-            src.close()
+    every_flip_refused(path, buf, read_record, samples=300)
 
 
 @pytest.mark.parametrize("size", [0, 40, 300_000])  # the last past PlainSource's window
@@ -142,14 +153,4 @@ def test_read_head_is_the_record_without_its_payload_and_checks_every_byte(
     assert n == len(buf) - 3
     assert got == RecordHead.of(parse(buf[3:]))
     assert (got.seq, got.size, got.tables, got.position) == (11, size, rec.tables, rec.position)
-    step = max(1, len(buf) // 200)
-    for i in [*range(3, 3 + FRAME.size + 80), *range(3, len(buf), step), len(buf) - 1]:
-        bad = bytearray(buf)
-        bad[i] ^= 0x10
-        path.write_bytes(bad)
-        src = PlainSource(str(path))
-        try:
-            with pytest.raises(CorruptRecordError):
-                read_head(src, 3, len(buf))
-        finally:
-            src.close()
+    every_flip_refused(path, buf, read_head, samples=200)
