@@ -72,7 +72,17 @@ if TYPE_CHECKING:
     from headwater.spark.transforms import TransformSpec
     from headwater.store import Record
 
-__all__ = ["DirectApply", "DirectBatch", "Prefetch", "offset_at", "spark_shard", "xxhash64"]
+__all__ = [
+    "DirectApply",
+    "DirectBatch",
+    "Prefetch",
+    "RowTransforms",
+    "driver_unsupported",
+    "offset_at",
+    "patch_reports",
+    "spark_shard",
+    "xxhash64",
+]
 
 log = logging.getLogger(__name__)
 
@@ -449,8 +459,10 @@ _DDL_COLUMNS = (
 _APPLY_COLUMNS = (*_DDL_COLUMNS, "before_key")
 
 
-def unsupported(config: PipelineConfig, sinks: Sequence[Any], options: SourceOptions) -> str | None:
-    """Why ``config`` cannot take the driver path (None: it can)."""
+def driver_unsupported(config: PipelineConfig, options: SourceOptions) -> str | None:
+    """Why no batch of ``config`` can be applied in the driver, whatever its sinks (None:
+    it can): the checks of :func:`unsupported` but the sinks', shared with the bus sinks'
+    driver path (:mod:`headwater.pipeline.busdirect`)."""
     if options.direct_max_rows == 0:
         return "driverApplyMaxRows is 0"
     if config.source.logs is not None:
@@ -460,9 +472,95 @@ def unsupported(config: PipelineConfig, sinks: Sequence[Any], options: SourceOpt
     sql_only = [type(t).__name__ for t in config.transforms if type(t).__name__ in _SQL_ONLY]
     if sql_only:
         return f"{sql_only[0]} runs as Spark SQL"
+    return None
+
+
+def unsupported(config: PipelineConfig, sinks: Sequence[Any], options: SourceOptions) -> str | None:
+    """Why ``config`` cannot take the driver path (None: it can)."""
+    why = driver_unsupported(config, options)
+    if why is not None:
+        return why
     if not sinks or not all(isinstance(s, SqlSink) for s in sinks):
         return "a sink that is not a SQL sink"
     return None
+
+
+class RowTransforms:
+    """The transforms' Python row operations over a batch in the driver (module
+    docstring, step 4): the functions the executors' ``mapInArrow`` pass runs. Shared by
+    this path and the bus sinks' (:mod:`headwater.pipeline.busdirect`)."""
+
+    def __init__(self, transforms: Any) -> None:
+        self.transforms: tuple[TransformSpec, ...] = tuple(transforms)
+        self._ops: list[Any] | None = None
+
+    def table(self, table: pyarrow.Table) -> pyarrow.Table:
+        """:meth:`rows` of the batch's rows: renames of databases and tables on
+        each distinct name pair (their row operations read and write nothing else);
+        other transforms on the rows as dicts."""
+        import pyarrow as pa
+
+        if not self.transforms:
+            return table
+        if self.edits_images():
+            return pa.Table.from_pylist(self.rows(table.to_pylist()), schema=table.schema)
+        from headwater.spark.transforms import row_op
+
+        if self._ops is None:
+            self._ops = [row_op(spec, i) for i, spec in enumerate(self.transforms)]
+        renamed: dict[tuple[str, str], tuple[str, str]] = {}
+        for pair in set(zip(*_names(table), strict=True)):
+            change: dict[str, Any] = {"database": pair[0], "table": pair[1]}
+            for op in self._ops:
+                change = op(change)
+            renamed[pair] = (change["database"], change["table"])
+        if all(old == new for old, new in renamed.items()):
+            return table
+        pairs = list(map(renamed.__getitem__, zip(*_names(table), strict=True)))
+        for j, name in enumerate(("database", "table")):
+            column = pa.array([p[j] for p in pairs], type=pa.string())
+            table = table.set_column(table.schema.get_field_index(name), name, column)
+        return table
+
+    def edits_images(self) -> bool:
+        return any(type(t).__name__ not in _NAME_ONLY for t in self.transforms)
+
+    def rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The transforms' Python row operations, in order (module docstring, step 4)."""
+        if not self.transforms:
+            return rows
+        from headwater.spark.rules import position_text
+        from headwater.spark.transforms import IMAGES, RuleError, row_op
+
+        if self._ops is None:
+            self._ops = [row_op(spec, i) for i, spec in enumerate(self.transforms)]
+        images = self.edits_images()
+        out = []
+        for row in rows:
+            change: dict[str, Any] | None = row
+            if images:
+                for name in IMAGES:
+                    if row.get(name) is not None:
+                        row[name] = orjson.loads(row[name])
+            for op in self._ops:
+                try:
+                    change = op(change)
+                except RuleError:
+                    raise
+                except Exception as e:  # the executors' pass words it the same way
+                    raise RuleError(
+                        f"transform failed on {position_text(row)}: {type(e).__name__}: {e}"
+                    ) from e
+                if change is None:
+                    break
+            if change is None:
+                continue
+            if images:
+                for name in IMAGES:
+                    if change.get(name) is not None:
+                        change[name] = orjson.dumps(change[name]).decode()
+            out.append(change)
+        return out
 
 
 class DirectApply:
@@ -474,9 +572,9 @@ class DirectApply:
         self.checkpoint = checkpoint
         self.options = options
         self.sinks = list(sinks)
-        self.transforms: tuple[TransformSpec, ...] = tuple(transforms)
+        self.row_transforms = RowTransforms(transforms)
+        self.transforms = self.row_transforms.transforms
         self.max_rows = options.direct_max_rows
-        self._ops: list[Any] | None = None
         #: threads for the shard transactions of a batch (_apply_rows)
         shards = max((s.config.shards for s in self.sinks), default=1)
         self._pool = (
@@ -595,100 +693,20 @@ class DirectApply:
         return out
 
     def _transform_table(self, table: pyarrow.Table) -> pyarrow.Table:
-        """:meth:`_transform` of the batch's rows: renames of databases and tables on
-        each distinct name pair (their row operations read and write nothing else);
-        other transforms on the rows as dicts."""
-        import pyarrow as pa
-
-        if not self.transforms:
-            return table
-        if self._edits_images():
-            return pa.Table.from_pylist(self._transform(table.to_pylist()), schema=table.schema)
-        from headwater.spark.transforms import row_op
-
-        if self._ops is None:
-            self._ops = [row_op(spec, i) for i, spec in enumerate(self.transforms)]
-        renamed: dict[tuple[str, str], tuple[str, str]] = {}
-        for pair in set(zip(*_names(table), strict=True)):
-            change: dict[str, Any] = {"database": pair[0], "table": pair[1]}
-            for op in self._ops:
-                change = op(change)
-            renamed[pair] = (change["database"], change["table"])
-        if all(old == new for old, new in renamed.items()):
-            return table
-        pairs = list(map(renamed.__getitem__, zip(*_names(table), strict=True)))
-        for j, name in enumerate(("database", "table")):
-            column = pa.array([p[j] for p in pairs], type=pa.string())
-            table = table.set_column(table.schema.get_field_index(name), name, column)
-        return table
+        return self.row_transforms.table(table)
 
     def _edits_images(self) -> bool:
-        return any(type(t).__name__ not in _NAME_ONLY for t in self.transforms)
+        return self.row_transforms.edits_images()
 
     def _transform(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The transforms' Python row operations, in order (module docstring, step 4)."""
-        if not self.transforms:
-            return rows
-        from headwater.spark.rules import position_text
-        from headwater.spark.transforms import IMAGES, RuleError, row_op
-
-        if self._ops is None:
-            self._ops = [row_op(spec, i) for i, spec in enumerate(self.transforms)]
-        images = self._edits_images()
-        out = []
-        for row in rows:
-            change: dict[str, Any] | None = row
-            if images:
-                for name in IMAGES:
-                    if row.get(name) is not None:
-                        row[name] = orjson.loads(row[name])
-            for op in self._ops:
-                try:
-                    change = op(change)
-                except RuleError:
-                    raise
-                except Exception as e:  # the executors' pass words it the same way
-                    raise RuleError(
-                        f"transform failed on {position_text(row)}: {type(e).__name__}: {e}"
-                    ) from e
-                if change is None:
-                    break
-            if change is None:
-                continue
-            if images:
-                for name in IMAGES:
-                    if change.get(name) is not None:
-                        change[name] = orjson.dumps(change[name]).decode()
-            out.append(change)
-        return out
+        return self.row_transforms.rows(rows)
 
     # -- progress reports ----------------------------------------------------------------
 
     def patch(self, reports: Iterable[Any]) -> list[Any]:
         """Spark's progress reports with those of driver batches completed from
         :attr:`batches`: Spark read no rows for them and observed nothing."""
-        from headwater.pipeline.runner import OBSERVED
-        from headwater.pipeline.status import OBSERVED_IN
-
-        out = []
-        for report in reports:
-            done = self.batches.get(int(report.get("batchId", -1))) if report else None
-            if done is None or report.get("numInputRows"):
-                out.append(report)
-                continue
-            patched = dict(report)
-            patched["numInputRows"] = done.rows_in
-            patched["processedRowsPerSecond"] = done.rows_in / max(done.seconds, 1e-3)
-            observed = dict(patched.get("observedMetrics") or {})
-            observed[OBSERVED_IN] = {"tables": _items(done.tables_in)}
-            observed[OBSERVED] = {
-                "newest_ts_us": done.newest_ts_us,
-                "rows_out": done.rows_out,
-                "tables": _items(done.tables_out),
-            }
-            patched["observedMetrics"] = observed
-            out.append(patched)
-        return out
+        return patch_reports(self.batches, reports)
 
     def close(self) -> None:
         """End the shard threads and the prefetch (each batch opens and closes its log)."""
@@ -697,6 +715,33 @@ class DirectApply:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+def patch_reports(batches: dict[int, DirectBatch], reports: Iterable[Any]) -> list[Any]:
+    """Spark's progress reports with the figures of ``batches`` (batch id -> what a
+    driver path applied) filled in: Spark read no rows for them and observed nothing."""
+    from headwater.pipeline.runner import OBSERVED
+    from headwater.pipeline.status import OBSERVED_IN
+
+    out = []
+    for report in reports:
+        done = batches.get(int(report.get("batchId", -1))) if report else None
+        if done is None or report.get("numInputRows"):
+            out.append(report)
+            continue
+        patched = dict(report)
+        patched["numInputRows"] = done.rows_in
+        patched["processedRowsPerSecond"] = done.rows_in / max(done.seconds, 1e-3)
+        observed = dict(patched.get("observedMetrics") or {})
+        observed[OBSERVED_IN] = {"tables": _items(done.tables_in)}
+        observed[OBSERVED] = {
+            "newest_ts_us": done.newest_ts_us,
+            "rows_out": done.rows_out,
+            "tables": _items(done.tables_out),
+        }
+        patched["observedMetrics"] = observed
+        out.append(patched)
+    return out
 
 
 def _table(batches: list[pyarrow.RecordBatch], keep: Sequence[str] | None) -> pyarrow.Table:
