@@ -12,6 +12,9 @@ One :class:`PipelineRunner` per :class:`~headwater.pipeline.config.PipelineConfi
   transforms and sink transactions (:mod:`headwater.pipeline.direct`; SQL sinks, no
   ``filter`` or computed column, no signals), and its figures are patched into the
   progress reports that Spark leaves empty for it;
+* a pipeline whose sinks are all message buses sends every batch but the first from the
+  driver, whatever its size, with the same messages and task indexes as the Spark job's
+  (:mod:`headwater.pipeline.busdirect`; same conditions, figures patched the same way);
 * progress lives in the checkpoint location (Spark's offsets and commits): a restart,
   after a clean stop or a crash, resumes from the last committed batch; a batch that was
   running at a crash is replayed with the same id and the same offsets, which the SQL
@@ -69,6 +72,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from headwater.pipeline.busdirect import BusDirect
     from headwater.pipeline.direct import DirectApply
     from headwater.pipeline.netapply import NetApply
 
@@ -107,13 +111,19 @@ class _ForEachBatch:
     """
 
     def __init__(
-        self, sinks: list[BatchSink], direct: DirectApply | None = None, net: NetApply | None = None
+        self,
+        sinks: list[BatchSink],
+        direct: DirectApply | None = None,
+        net: NetApply | None = None,
+        bus: BusDirect | None = None,
     ) -> None:
         self.sinks = sinks
         #: small batches applied in the driver (headwater.pipeline.direct), or None
         self.direct = direct
         #: large batches applied as their net effect (headwater.pipeline.netapply), or None
         self.net = net
+        #: bus sinks' batches sent from the driver (headwater.pipeline.busdirect), or None
+        self.bus = bus
         self.query: StreamingQuery | None = None
         self.lock = threading.Lock()
         self.batch_end_s: float | None = None
@@ -134,13 +144,15 @@ class _ForEachBatch:
         if not progress:
             return progress
         reports = progress if isinstance(progress, list) else [progress]
-        for path in (self.direct, self.net):
+        for path in (self.direct, self.net, self.bus):
             if path is not None:
                 reports = path.patch(reports)
         return reports if isinstance(progress, list) else reports[0]
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         direct = self.direct is not None and self.direct.apply(batch_id) is not None
+        if not direct and self.bus is not None:
+            direct = self.bus.apply(df.sparkSession, batch_id) is not None
         if not direct and (self.net is None or self.net.apply(df.sparkSession, batch_id) is None):
             self._spark(df, batch_id)
         with self.lock:
@@ -289,11 +301,15 @@ class PipelineRunner:
         self.sinks = [build_sink(s, config) for s in config.sinks]
         for section, sink in zip(config.sinks, self.sinks, strict=True):
             check_shippable(sink, config, section.line, section.path)
+        from headwater.pipeline.busdirect import BusDirect
         from headwater.pipeline.direct import DirectApply
         from headwater.pipeline.netapply import NetApply
 
         self.writer = _ForEachBatch(
-            self.sinks, DirectApply.of(config, self.sinks), NetApply.of(config, self.sinks)
+            self.sinks,
+            DirectApply.of(config, self.sinks),
+            NetApply.of(config, self.sinks),
+            BusDirect.of(config, self.sinks),
         )
         self.query: StreamingQuery | None = None
         #: results of the re-snapshots this runner ran (signals)
@@ -454,6 +470,8 @@ class PipelineRunner:
                 self.writer.direct.close()
             if self.writer.net is not None:
                 self.writer.net.close()
+            if self.writer.bus is not None:
+                self.writer.bus.close()
         return 0
 
     @property

@@ -13,6 +13,8 @@ from headwater.sinks.kafka.configuration import KafkaConfig
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from headwater.sinks.bus.spark import Writer
+
 __all__ = ["CAPABILITIES", "KafkaSink"]
 
 log = logging.getLogger(__name__)
@@ -41,13 +43,21 @@ class KafkaSink:
     def capabilities(self) -> SinkCapabilities:
         return CAPABILITIES
 
-    def write_batch(self, df: DataFrame, batch_id: int) -> None:
-        from headwater.sinks.bus.spark import write_partitions
+    def writer(self, batch_id: int) -> tuple[str, int, Writer]:
+        """How batch ``batch_id`` is split over tasks (ordering, task count) and the
+        function that writes one task's rows: the Spark path's
+        (:func:`~headwater.sinks.bus.spark.write_partitions`) and the driver's
+        (:mod:`headwater.pipeline.busdirect`), so both send the same messages."""
         from headwater.sinks.kafka.producer import write_partition
 
         c = self.config
         tasks = 1 if c.ordering == "global" else c.tasks
-        sent = write_partitions(df, c.ordering, tasks, partial(write_partition, c, batch_id))
+        return c.ordering, tasks, partial(write_partition, c, batch_id)
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> None:
+        from headwater.sinks.bus.spark import write_partitions
+
+        sent = write_partitions(df, *self.writer(batch_id))
         log.debug("kafka sink: batch %d: %d messages", batch_id, sent)
 
     def apply_changes(self, rows: Any, batch_id: int, shard: int = 0) -> ApplyResult:

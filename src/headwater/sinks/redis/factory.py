@@ -12,6 +12,8 @@ from headwater.sinks.redis.configuration import RedisConfig
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from headwater.sinks.bus.spark import Writer
+
 __all__ = ["CAPABILITIES", "RedisSink"]
 
 #: DDL goes as DDL entries on the schema streams; a replayed entry is refused by its id.
@@ -35,10 +37,18 @@ class RedisSink:
     def capabilities(self) -> SinkCapabilities:
         return CAPABILITIES
 
-    def write_batch(self, df: DataFrame, batch_id: int) -> None:
-        from headwater.sinks.bus.spark import write_partitions
+    def writer(self, batch_id: int) -> tuple[str, int, Writer]:
+        """How batch ``batch_id`` is split over tasks (ordering, task count) and the
+        function that writes one task's rows: the Spark path's
+        (:func:`~headwater.sinks.bus.spark.write_partitions`) and the driver's
+        (:mod:`headwater.pipeline.busdirect`), so both send the same messages."""
         from headwater.sinks.redis.writer import write_partition
 
         c = self.config
         tasks = 1 if c.ordering == "global" else c.tasks
-        write_partitions(df, c.ordering, tasks, partial(write_partition, c))
+        return c.ordering, tasks, partial(write_partition, c)
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> None:
+        from headwater.sinks.bus.spark import write_partitions
+
+        write_partitions(df, *self.writer(batch_id))
