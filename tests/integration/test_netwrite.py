@@ -435,6 +435,14 @@ def inserts(seed: int, first_id: int, count: int, names: tuple[str, ...]) -> lis
     return out
 
 
+#: The columns of ``vals`` with :data:`FAST_MYSQL`, as ``create_tables`` makes them.
+VALS_COLUMNS = (
+    "id INT NOT NULL, tag VARCHAR(8) NOT NULL, big BIGINT UNSIGNED, neg BIGINT, small TINYINT,"
+    " dbl DOUBLE, flt FLOAT, amount DECIMAL(30,10), name VARCHAR(40), body TEXT,"
+    " raw VARBINARY(16)"
+)
+
+
 def test_load_data_path_leaves_the_statement_paths_values_in_mariadb(
     mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -445,7 +453,7 @@ def test_load_data_path_leaves_the_statement_paths_values_in_mariadb(
         mysql_sink(server, "hw_ld_gen", FAST_MYSQL),
     )
     # Batches 1-2: new keys above the table's (LOAD DATA); batch 3 rewrites old keys and
-    # deletes some (the probe finds rows: the statements).
+    # deletes some (every column written: LOAD DATA ... REPLACE).
     changes = inserts(1, 0, 300, FAST_MYSQL) + inserts(2, 300, 300, FAST_MYSQL)
     rnd = random.Random(4)
     for i in rnd.sample(range(600), 120):
@@ -460,7 +468,7 @@ def test_load_data_path_leaves_the_statement_paths_values_in_mariadb(
     general_writes = count_general(monkeypatch)
     small_slices(monkeypatch)
     run_both(net, general, changes, 300, FAST_MYSQL)
-    assert loads == [(True, 0), (True, 0)] and general_writes == []
+    assert loads == [(True, 0), (True, 0), (True, 0)] and general_writes == []
     query = "SELECT * FROM {}.vals ORDER BY id, tag"
     got, want = server.query(query.format("hw_ld")), server.query(query.format("hw_ld_gen"))
     assert len(got) == 600 - sum(op == "delete" for op, _, _ in changes) and got == want
@@ -544,6 +552,10 @@ def test_load_data_of_the_keys_the_target_does_not_hold_in_mariadb(
     server = mariadb_target
     dbs = ("hw_lds", "hw_lds_gen", "hw_net_ckpt")
     server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
+    # A column the net effect does not write: no REPLACE (it would reset ``extra``).
+    for db in dbs[:2]:
+        server.execute(f"CREATE DATABASE {db}", f"CREATE TABLE {db}.vals ({VALS_COLUMNS},"
+                       " extra INT NULL DEFAULT 7, PRIMARY KEY (id, tag))")  # fmt: skip
     net, general = mysql_sink(server, dbs[0], FAST_MYSQL), mysql_sink(server, dbs[1], FAST_MYSQL)
     net.setup()
     general.setup()
@@ -607,6 +619,95 @@ def test_load_data_of_the_keys_the_target_does_not_hold_in_mariadb(
     rows = server.query(query.format(dbs[0]))
     assert len(rows) == 60 - 15 + 49 + 2891 - 3 and rows == server.query(query.format(dbs[1]))
     assert server.query(MYSQL_CKPT.format(dbs[0])) == server.query(MYSQL_CKPT.format(dbs[1]))
+
+
+def test_updates_of_held_keys_go_by_load_data_replace_in_mariadb(
+    mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that rewrites keys the target holds (and adds new ones) on a table whose
+    stored columns are all written: one ``LOAD DATA ... REPLACE``, no statement, the
+    general path's result; a generated column is recomputed as the statements leave it.
+    The same batch on a table that a child table's foreign key names (``ON DELETE
+    CASCADE``: a REPLACE that deleted would take the children) goes to the statements,
+    and the children stay."""
+    server = mariadb_target
+    dbs = ("hw_rep", "hw_rep_gen", "hw_repfk", "hw_repfk_gen", "hw_net_ckpt")
+    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
+    for db in dbs[:4]:
+        server.execute(
+            f"CREATE DATABASE {db}",
+            f"CREATE TABLE {db}.vals ({VALS_COLUMNS}, twice INT AS (2 * small) VIRTUAL,"
+            " PRIMARY KEY (id, tag))",
+        )
+        if "fk" in db:
+            server.execute(
+                f"CREATE TABLE {db}.child (n INT PRIMARY KEY, id INT NOT NULL,"
+                " tag VARCHAR(8) NOT NULL, FOREIGN KEY (id, tag) REFERENCES"
+                f" {db}.vals (id, tag) ON DELETE CASCADE)"
+            )
+    rnd = random.Random(11)
+    first = inserts(12, 0, 400, FAST_MYSQL)
+    second = [
+        ("update", img, image(rnd, (img["id"], img["tag"]), True, FAST_MYSQL))
+        for _op, _b, img in first[::2]
+    ] + inserts(13, 400, 1200, FAST_MYSQL)
+    loads = count_direct(monkeypatch)
+    statements: list[tuple[bool, int]] = []
+    run = netwrite._Writer._mysql_statements
+
+    def counted(self: Any, plan: Any, rows: Any, columns: Any, delete: bool) -> None:
+        statements.append((delete, rows.num_rows))
+        run(self, plan, rows, columns, delete)
+
+    monkeypatch.setattr(netwrite._Writer, "_mysql_statements", counted)
+    query = "SELECT * FROM {}.vals ORDER BY id, tag"
+    for db, gen in ((dbs[0], dbs[1]), (dbs[2], dbs[3])):
+        net, general = mysql_sink(server, db, FAST_MYSQL), mysql_sink(server, gen, FAST_MYSQL)
+        net.setup()
+        general.setup()
+        for batch, (seq, chunk) in enumerate(((1, first), (401, second))):
+            want = general.apply_changes(change_rows(chunk, seq), batch)
+            got = net.apply_net(
+                [net_table(chunk, seq, FAST_MYSQL)], source="src", first_seq=seq,
+                last_seq=seq + len(chunk) - 1, batch_id=batch, shard=0,
+            )  # fmt: skip
+            assert got.checkpoints == want.checkpoints
+            assert (got.upserts, got.deletes) == (len(chunk), 0)
+            if batch == 0 and "fk" in db:
+                server.execute(
+                    f"INSERT INTO {db}.child SELECT id, id, tag FROM {db}.vals WHERE id < 10"
+                )
+        rows = server.query(query.format(db))
+        assert len(rows) == 1600 and rows == server.query(query.format(gen))
+        assert all(r[11] == (None if r[4] is None else 2 * r[4]) for r in rows)
+        server.execute("DROP DATABASE hw_net_ckpt")
+    # hw_rep: two loads (the second a REPLACE of 200 held keys and 1200 new), no statement.
+    # hw_repfk: the first load, then the probe: 200 held keys by statements, 1200 loaded.
+    assert loads == [(True, 0), (True, 0), (True, 0), (True, 0)]
+    assert statements == [(False, 200)]
+    assert server.query("SELECT COUNT(*) FROM hw_repfk.child") == [(10,)]
+
+
+def test_load_data_replace_counts_a_replaced_row_once(mariadb_target: MariadbSandbox) -> None:
+    """``LOAD DATA ... REPLACE``: the OK packet's affected rows count a replaced row twice
+    (deleted and inserted); :func:`netwrite._load_local` returns the rows written, from
+    its ``Records`` and ``Skipped``."""
+    server = mariadb_target
+    server.execute("DROP DATABASE IF EXISTS hw_ldc", "CREATE DATABASE hw_ldc",
+                   "CREATE TABLE hw_ldc.f (k INT PRIMARY KEY, v INT)",
+                   "INSERT INTO hw_ldc.f VALUES (1, 10), (2, 20)")  # fmt: skip
+    sink = mysql_sink(server, "hw_ldc", FAST_MYSQL)
+    conn = sink.dialect.connect(sink.config.connection, sink.config)
+    try:
+        statement = b"LOAD DATA LOCAL INFILE 'n' REPLACE INTO TABLE hw_ldc.f"
+        assert netwrite._load_local(conn, statement, "n", [b"1\t11\n3\t30\n"], 1 << 16) == (2, 0)
+        assert conn.affected_rows() == 3
+        statement = b"LOAD DATA LOCAL INFILE 'n' INTO TABLE hw_ldc.f"
+        assert netwrite._load_local(conn, statement, "n", [b"2\t21\n4\t40\n"], 1 << 16) == (1, 1)
+        conn.commit()
+    finally:
+        conn.close()
+    assert server.query("SELECT * FROM hw_ldc.f ORDER BY k") == [(1, 11), (2, 20), (3, 30), (4, 40)]
 
 
 def test_load_data_refused_by_the_target_runs_the_statements(
