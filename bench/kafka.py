@@ -57,8 +57,11 @@ of 4 tables written to Parquet by Spark, read back as a DataFrame and written th
 same messages built beforehand by the sink's own formatting; in the pipeline's JVM, after
 its query stopped. Printed as ``kafka_sink_dataframe_vs_plain_producer=<ratio>``.
 
-Last line: ``kafka_sink_vs_plain_producer=<median pipeline msgs/s / median plain msgs/s>``
-(target >= 0.5). ``--quick``: 60 000 changes a round, one timed round, one warm-up round,
+Also printed: ``kafka_sink_vs_plain_producer_cpu=<plain CPU-s a message / pipeline CPU-s
+a message>`` (medians; the pipeline's this process, JVM and workers, the plain side's this
+process; broker and source apart), the ratio the load moves least. Last line:
+``kafka_sink_vs_plain_producer=<median pipeline msgs/s / median plain msgs/s>`` (target
+>= 0.5). ``--quick``: 60 000 changes a round, one timed round, one warm-up round,
 10 warm-up batches.
 """
 
@@ -489,7 +492,7 @@ class PipelineBench:
         inserts, updates = workload(self.source, table, rows)
         gtid = self.gtid()
         log = open_log(parse_options({"path": str(self.reader.directory)}), decoding=False)
-        before = (query.lastProgress or {"batchId": -1})["batchId"]
+        begin = log.end()[0]  # the reader is stopped: the round's records come after
         try:
             cpu0, t0 = self.pids.cpu(), time.perf_counter()
             self.reader.start()
@@ -500,9 +503,9 @@ class PipelineBench:
         batches = [
             p
             for p in query.recentProgress
-            if p["batchId"] > before
-            and p["sources"]
+            if p["sources"]
             and p["sources"][0]["startOffset"] != p["sources"][0]["endOffset"]
+            and _seq(p["sources"][0]["endOffset"]) > begin
         ]
         print(
             f"  {table}: {len(batches)} batches, Spark rows "
@@ -514,6 +517,12 @@ class PipelineBench:
         messages = check_round(read, self.source, table, inserts, updates)
         plain = [(f"plain.{table}", v, k) for k, v in messages]
         return Round(len(messages), seconds, cpu), plain
+
+
+def _seq(offset: Any) -> int:
+    """The store seq of a progress report's source offset (JSON text or a dict)."""
+    doc = orjson.loads(offset) if isinstance(offset, str) else offset
+    return int(doc["seq"])
 
 
 # --- the sink's Spark write path alone (the secondary figure) -----------------------------
@@ -671,7 +680,10 @@ def main() -> None:
         running.start()
         wait(lambda: runner.query is not None, 120, "the query")
         bench = PipelineBench(source, reader, runner, broker, pids)
+        import headwater
+
         print(
+            f"headwater from {Path(headwater.__file__).parent}; "
             f"changes a round={2 * rows} rounds={rounds} warm-up rounds={warmup} "
             f"compression={producer.get('compression.type', 'lz4 (the sink default)')} "
             f"load={os.getloadavg()[0]:.2f}"
@@ -686,13 +698,13 @@ def main() -> None:
         for w in range(warmup):
             k, messages = bench.round(f"w{w}", rows)
             print(k.line(f"warm-up {w} pipeline      ", spark=True))
-        pipeline_rates, plain_rates = [], []
+        sides: tuple[list[Round], list[Round]] = ([], [])
         for r in range(rounds):
             k, messages = bench.round(f"r{r}", rows)
-            pipeline_rates.append(k.rate)
+            sides[0].append(k)
             print(k.line(f"round {r} pipeline      ", spark=True))
             p = plain_round(broker, pids, messages, producer)
-            plain_rates.append(p.rate)
+            sides[1].append(p)
             print(p.line(f"round {r} plain producer", spark=False))
         stop.set()
         running.join(120)
@@ -713,8 +725,16 @@ def main() -> None:
         source.stop()
         broker_proc.kill()
         broker_proc.wait()
-    pipeline_rate, plain_rate = statistics.median(pipeline_rates), statistics.median(plain_rates)
+    pipeline_rate = statistics.median(k.rate for k in sides[0])
+    plain_rate = statistics.median(p.rate for p in sides[1])
     print(f"pipeline: median {pipeline_rate:,.0f} msgs/s; plain producer {plain_rate:,.0f} msgs/s")
+    # CPU seconds a message (broker and source apart), which the load sways less.
+    pipeline_us = statistics.median(k.cpu.pipeline / k.messages for k in sides[0]) * 1e6
+    plain_us = statistics.median(p.cpu.driver / p.messages for p in sides[1]) * 1e6
+    print(
+        f"CPU a message (medians): pipeline {pipeline_us:.2f} us, plain producer {plain_us:.2f} us"
+    )
+    print(f"kafka_sink_vs_plain_producer_cpu={plain_us / pipeline_us:.2f}")
     if df_ratio is not None:
         print(f"kafka_sink_dataframe_vs_plain_producer={df_ratio:.2f}")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
