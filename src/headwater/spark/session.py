@@ -114,6 +114,9 @@ def session_conf(
         # spent for nothing (measured: 15% of a pipeline micro-batch on two cores).
         out["spark.shuffle.compress"] = "false"
         out["spark.shuffle.spill.compress"] = "false"
+        # Workers forked with the tasks' modules imported: a worker idle for a minute is
+        # killed and its successor imported them all again (headwater.spark.workerdaemon).
+        out["spark.python.daemon.module"] = "headwater.spark.workerdaemon"
     if os.path.exists(JDBC_JAR):
         out["spark.jars"] = JDBC_JAR
     out.update(conf or {})
