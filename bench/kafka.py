@@ -13,7 +13,9 @@ as ``bench/pipeline.py`` sets up its SQL pipeline (its helpers are imported from
   ``partitioning: key``, ``delivery: at_least_once``, ``topic: 'k.{database}.{table}'``
   (a topic per table, 3 partitions, created before the rounds), LZ4 (the sink's default;
   ``--compression none`` turns it off on both sides). Whatever path the pipeline takes
-  for a batch (a Spark job, or a path in the driver) is what is measured.
+  for a batch (a Spark job, or a path in the driver) is what is measured;
+  ``--source-option key=value`` adds source options (``driverApplyMaxRows=0``: every
+  batch a Spark job).
 
 Warm-up, untimed: ``--warmup-batches`` (20) transactions of 1 000 rows committed one at a
 time while the reader runs (each a micro-batch of its own: a running pipeline's earlier
@@ -77,7 +79,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +96,7 @@ from headwater.reader.task import ReaderTask
 from headwater.sandbox import MariadbSandbox, SandboxOptions
 from headwater.spark.logaccess import open_log
 from headwater.spark.offsets import parse_options
-from pipeline import TABLE, applied_all, caught_up, spark_cpu, stored_through, wait
+from pipeline import TABLE, applied_all, caught_up, stored_through, wait
 
 #: (topic, value, key): a message as ``Producer.produce`` takes it.
 Message = tuple[str, bytes | None, bytes | None]
@@ -109,48 +111,38 @@ TICK = os.sysconf("SC_CLK_TCK")
 # --- CPU seconds from /proc ---------------------------------------------------------------
 
 
-def own_cpu(pid: int) -> float:
-    """CPU seconds (user + system, every thread; not reaped children) of process ``pid``
-    so far (proc(5): ``stat`` fields 14-15), 0 if it is gone."""
+def _stat(path: str) -> tuple[str, list[str]] | None:
+    """``(comm, the fields after it)`` of a ``/proc/.../stat`` file, None if it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(path) as f:
             stat = f.read()
     except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+        return None
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
 
 
-def jit_seconds() -> float:
+def _seconds(fields: list[str], first: int) -> float:
+    """Two consecutive tick counts of a stat line from ``first`` (proc(5): fields 14-15
+    utime stime at 11, 16-17 cutime cstime at 13), summed in seconds."""
+    return (int(fields[first]) + int(fields[first + 1])) / TICK
+
+
+def own_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread; not reaped children) of process ``pid``
+    so far, 0 if it is gone."""
+    stat = _stat(f"/proc/{pid}/stat")
+    return 0.0 if stat is None else _seconds(stat[1], 11)
+
+
+def compiler_seconds(pid: int) -> float:
     """CPU seconds so far of the JIT compiler threads (``C1``/``C2 CompilerThread``) of the
-    JVMs among this process's descendants: the part of the JVM's CPU that a young JVM
-    spends compiling, and a long-running pipeline's has long done."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(name))
-    total, stack = 0.0, list(children.get(os.getpid(), []))
-    while stack:
-        pid = stack.pop()
-        stack += children.get(pid, [])
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            if "CompilerThre" in stat[stat.index("(") : stat.rindex(")")]:
-                fields = stat[stat.rindex(")") + 2 :].split()
-                total += (int(fields[11]) + int(fields[12])) / TICK
+    JVM ``pid``: what a young JVM spends compiling, and a long-running pipeline's has long
+    done."""
+    total = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        stat = _stat(f"/proc/{pid}/task/{tid}/stat")
+        if stat is not None and "CompilerThre" in stat[0]:
+            total += _seconds(stat[1], 11)
     return total
 
 
@@ -176,18 +168,56 @@ class Cpu:
 
 
 @dataclass(frozen=True)
+class Snapshot:
+    """:class:`Cpu` so far, with the Python workers' CPU per process (``-1``: the
+    children the JVM reaped). Subtracting two counts the processes alive at the later
+    one: PySpark's daemon ignores SIGCHLD, so a worker that ends (Spark stops idle
+    workers after a minute) takes its CPU out of every sum, and a plain difference of
+    sums went negative by a worker's lifetime (-1.05 s in a round)."""
+
+    cpu: Cpu
+    workers: dict[int, float]
+
+    def __sub__(self, other: Snapshot) -> Cpu:
+        w = sum(t - other.workers.get(pid, 0.0) for pid, t in self.workers.items())
+        return replace(self.cpu - other.cpu, workers=w)
+
+
+@dataclass(frozen=True)
 class Pids:
     """The processes whose CPU is counted apart from this one's."""
 
     broker: int
     source: int
 
-    def cpu(self) -> Cpu:
-        jvm, workers = spark_cpu()
-        return Cpu(
-            own_cpu(os.getpid()), jvm, jit_seconds(), workers, own_cpu(self.broker),
+    def cpu(self) -> Snapshot:
+        """A snapshot of every part's CPU: the JVM is this process's ``java`` child, its
+        descendants the Python workers (own and reaped CPU each)."""
+        procs: dict[int, tuple[int, str, list[str]]] = {}
+        for name in os.listdir("/proc"):
+            stat = _stat(f"/proc/{name}/stat") if name.isdigit() else None
+            if stat is not None:
+                procs[int(name)] = (int(stat[1][1]), stat[0], stat[1])
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _comm, _f) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        me = os.getpid()
+        jvm = next((p for p in children.get(me, []) if procs[p][1] == "java"), None)
+        jvm_s = jit = 0.0
+        workers: dict[int, float] = {}
+        if jvm is not None:
+            jvm_s, jit = _seconds(procs[jvm][2], 11), compiler_seconds(jvm)
+            workers[-1] = _seconds(procs[jvm][2], 13)
+            stack = list(children.get(jvm, []))
+            while stack:
+                pid = stack.pop()
+                stack += children.get(pid, [])
+                workers[pid] = _seconds(procs[pid][2], 11) + _seconds(procs[pid][2], 13)
+        cpu = Cpu(
+            _seconds(procs[me][2], 11), jvm_s, jit, 0.0, own_cpu(self.broker),
             own_cpu(self.source),
         )  # fmt: skip
+        return Snapshot(cpu, workers)
 
 
 @dataclass(frozen=True)
@@ -398,12 +428,20 @@ def check_round(
 # --- the two sides ------------------------------------------------------------------------
 
 
-def pipeline_yaml(task_dir: Path, checkpoint: Path, broker: str, producer: dict[str, str]) -> str:
+def pipeline_yaml(
+    task_dir: Path,
+    checkpoint: Path,
+    broker: str,
+    producer: dict[str, str],
+    source_options: dict[str, str],
+) -> str:
     settings = ", ".join(f"{k}: '{v}'" for k, v in producer.items())
+    options = ", ".join(
+        f"{k}: '{v}'" for k, v in {"maxBytesPerTrigger": "67108864", **source_options}.items()
+    )
     return (
         "name: benchkafka\n"
-        f"source: {{path: {task_dir}, partitions: 2,"
-        " options: {maxBytesPerTrigger: '67108864'}}\n"
+        f"source: {{path: {task_dir}, partitions: 2, options: {{{options}}}}}\n"
         f"checkpoint: {checkpoint}\n"
         "sinks:\n"
         f"  - {{type: kafka, bootstrap_servers: '{broker}', format: change_row,"
@@ -632,6 +670,10 @@ def main() -> None:
     ap.add_argument(
         "--compression", help="librdkafka compression.type of both sides (default: the sink's, lz4)"
     )
+    ap.add_argument(
+        "--source-option", action="append", default=[],
+        help="key=value, more source options (driverApplyMaxRows=0: every batch a Spark job)",
+    )  # fmt: skip
     ap.add_argument("--no-dataframe", action="store_true", help="leave the secondary figure out")
     ap.add_argument("--df-rows", type=int, default=None, help="secondary figure's rows (300 000)")
     args = ap.parse_args()
@@ -673,7 +715,8 @@ def main() -> None:
     try:
         reader.start()
         wait(lambda: (work / "task" / "changes").is_dir(), 60, "the reader's log")
-        yaml = pipeline_yaml(work / "task", work / "checkpoint", broker, producer)
+        options = dict(o.split("=", 1) for o in args.source_option)
+        yaml = pipeline_yaml(work / "task", work / "checkpoint", broker, producer, options)
         runner = PipelineRunner(parse_pipeline_config(yaml, file="bench_kafka.yaml"))
         runner.spark.sparkContext.setLogLevel("ERROR")
         running = threading.Thread(target=lambda: runner.run(stop=stop, progress=progress))
@@ -686,6 +729,7 @@ def main() -> None:
             f"headwater from {Path(headwater.__file__).parent}; "
             f"changes a round={2 * rows} rounds={rounds} warm-up rounds={warmup} "
             f"compression={producer.get('compression.type', 'lz4 (the sink default)')} "
+            f"source options={options} "
             f"load={os.getloadavg()[0]:.2f}"
         )
         cpu0, t0 = pids.cpu(), time.perf_counter()
