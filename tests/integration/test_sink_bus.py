@@ -21,6 +21,7 @@ import contextlib
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -40,10 +41,18 @@ from tests.integration.test_pipeline_e2e import (  # noqa: F401  (reader is a fi
     reader,
     run_available_now,
 )
-from tests.integration.test_pipeline_kill import start_pipeline, wait_until
+from tests.integration.test_pipeline_kill import wait_until
 from tests.integration.test_reader_capture import Running, wait_caught_up
 
 pytestmark = pytest.mark.integration
+
+
+def start_pipeline(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``headwater pipeline run`` in a process of its own, stderr appended to ``log``."""
+    with log.open("ab") as err:
+        command = [sys.executable, "-m", "headwater.cli.main", "pipeline", "run",
+                   "--config", str(config), *args]  # fmt: skip
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
 
 
 def read_log(spark: SparkSession, task_dir: Path) -> Any:
@@ -209,7 +218,7 @@ def test_bus_sinks_per_key_and_global_with_three_sigkills(
 
     rng = random.Random(3)
     for _ in range(3):
-        proc = start_pipeline(config, log)
+        proc = start_pipeline(config, log, "--log-level", "info")
         try:
             before = batches(log)
             wait_until(lambda p=proc, b=before: p.poll() is not None or batches(log) > b, 300,
@@ -221,6 +230,9 @@ def test_bus_sinks_per_key_and_global_with_three_sigkills(
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
     killed.set()
+    # every batch of the second and third lives (ids 1+) was sent from the driver
+    # (headwater.pipeline.busdirect), each life's first one before its progress line
+    assert log.read_text().count("sent from the driver") >= 2, log.read_text()[-3000:]
     wait_until(done.is_set, 60, "the workload")
     wait_caught_up(running.task, mariadb, timeout=60)
     run_available_now(spark, config)
