@@ -1,6 +1,7 @@
 """headwater.spark.workerdaemon on a local Spark session: a task's Python worker is a fork
 of the daemon that imported the tasks' modules, so it starts with them loaded (a worker
-Spark killed after an idle minute is replaced without importing them again)."""
+Spark killed after an idle minute is replaced without importing them again), and no zip
+or jar of Spark's is on its path (headwater.spark.session's launcher)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ NAMES = ("pyspark.worker", "pyarrow", "pandas", "headwater.pipeline.netapply",
          "headwater.sinks.netwrite", "headwater.spark.asofscan")  # fmt: skip
 
 
-def _look(_rows: object) -> list[tuple[str, tuple[bool, ...], int]]:
+def _look(_rows: object) -> list[tuple[str, tuple[bool, ...], int, list[str]]]:
     """In the worker, before anything of the task imports: the parent's command line,
-    which of NAMES are loaded, how many objects the daemon froze."""
+    which of NAMES are loaded, how many objects the daemon froze, the zips and jars on
+    ``sys.path`` (the launcher of headwater.spark.session drops Spark's)."""
     import gc
 
     parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    return [(parent, tuple(n in sys.modules for n in NAMES), gc.get_freeze_count())]
+    archives = [p for p in sys.path if p.endswith((".zip", ".jar")) and os.path.exists(p)]
+    return [(parent, tuple(n in sys.modules for n in NAMES), gc.get_freeze_count(), archives)]
 
 
 def test_a_task_runs_in_a_fork_of_the_preloading_daemon(spark: SparkSession) -> None:
@@ -36,7 +39,8 @@ def test_a_task_runs_in_a_fork_of_the_preloading_daemon(spark: SparkSession) -> 
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert len(seen) == 2
-    for parent, loaded, frozen in seen:
+    for parent, loaded, frozen, archives in seen:
         assert "-m headwater.spark.workerdaemon pyspark.worker" in parent
         assert loaded == (True,) * len(NAMES)
         assert frozen > 10_000
+        assert archives == []

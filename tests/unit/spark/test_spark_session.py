@@ -1,15 +1,17 @@
-"""The worker launcher of headwater.spark.session: PySpark's zips leave PYTHONPATH."""
+"""The worker launcher of headwater.spark.session: PySpark's zips and the spark-core jar
+leave PYTHONPATH."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from headwater.spark.session import worker_launcher
 
 
-def test_launcher_drops_the_pyspark_and_py4j_zips_and_runs_this_interpreter(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_launcher_drops_spark_zips_and_jar_and_runs_this_interpreter(tmp_path: Path) -> None:
     kept = str(tmp_path / "kept")
     path = ":".join(
         [
@@ -17,6 +19,7 @@ def test_launcher_drops_the_pyspark_and_py4j_zips_and_runs_this_interpreter(tmp_
             kept,
             "/opt/spark/python/lib/py4j-0.10.9.9-src.zip",
             "/x/y",
+            "/opt/spark/jars/spark-core_2.13-4.3.0.jar",
         ]
     )
     launcher = worker_launcher()
