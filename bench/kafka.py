@@ -49,8 +49,11 @@ Each timed round (``--rounds``, 3):
 Printed per round: messages, seconds, messages/s, and the CPU seconds (from /proc) of each
 part with the load average: pipeline side, this process (reader task and driver), the
 Spark JVM (its JIT compiler threads shown apart) and its Python workers; plain side, this
-process; both, the broker and (pipeline) the source MariaDB. On the 2-core machine the
-wall-clock rates follow the load; the CPU seconds much less.
+process; both, the broker and (pipeline) the source MariaDB; and when the reader had
+stored the round's last transaction. On the 2-core machine the wall-clock rates follow
+the load; the CPU seconds much less. ``--profile DIR``: py-spy samples every pipeline
+round (this process and the Python workers, per thread, collapsed stacks) into
+``DIR/<table>.txt``; a profiled run's figures carry py-spy's own CPU on the same cores.
 
 Secondary figure (``--no-dataframe``: left out): the sink's Spark write path alone, as
 this bench measured it before: ``--df-rows`` (300 000; quick 60 000) synthetic change rows
@@ -71,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -227,6 +231,8 @@ class Round:
     messages: int
     seconds: float
     cpu: Cpu
+    #: pipeline: seconds until the reader had stored the round's last transaction
+    reader_s: float | None = None
 
     @property
     def rate(self) -> float:
@@ -236,6 +242,7 @@ class Round:
         c = self.cpu
         if spark:
             parts = (
+                f"reader done at {self.reader_s or 0:.2f}s, "
                 f"cpu {c.pipeline:.2f}s (this process {c.driver:.2f}, JVM {c.jvm:.2f} with JIT"
                 f" {c.jit:.2f}, Python workers {c.workers:.2f}) + broker {c.broker:.2f}s"
                 f" + source {c.source:.2f}s"
@@ -492,20 +499,25 @@ class PipelineBench:
     runner: PipelineRunner
     broker: str
     pids: Pids
+    #: where py-spy's samples of each pipeline round go (``--profile``), or None
+    profile: Path | None = None
 
     def gtid(self) -> str:
         return str(self.source.query("SELECT @@gtid_binlog_pos")[0][0])
 
-    def applied(self, gtid: str, log: Any) -> None:
+    def applied(self, gtid: str, log: Any) -> float:
         """Wait until the pipeline has committed the batch holding the stored record of
-        the source's transaction ``gtid`` (the reader running)."""
+        the source's transaction ``gtid`` (the reader running); returns the
+        ``perf_counter`` at which the reader's log held that record."""
         task = self.reader.task
         assert task is not None and self.runner.query is not None
         wait(lambda: caught_up(task, gtid), 300, "the reader")
         wait(lambda: stored_through(log, gtid) is not None, 300, "the reader's log")
+        stored = time.perf_counter()
         end_seq = stored_through(log, gtid)
         assert end_seq is not None
         wait(lambda: applied_all(self.runner.query, end_seq), 300, "the pipeline", period=0.02)
+        return stored
 
     def small_batches(self, n: int) -> None:
         """``n`` transactions of 1 000 rows to ``bench.small``, each applied before the
@@ -531,13 +543,17 @@ class PipelineBench:
         gtid = self.gtid()
         log = open_log(parse_options({"path": str(self.reader.directory)}), decoding=False)
         begin = log.end()[0]  # the reader is stopped: the round's records come after
+        profiler = profile(self.profile / f"{table}.txt") if self.profile else None
         try:
             cpu0, t0 = self.pids.cpu(), time.perf_counter()
             self.reader.start()
-            self.applied(gtid, log)
+            stored = self.applied(gtid, log)
             seconds, cpu = time.perf_counter() - t0, self.pids.cpu() - cpu0
         finally:
             log.close()
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)  # py-spy writes its file and ends
+                profiler.wait(60)
         batches = [
             p
             for p in query.recentProgress
@@ -554,13 +570,27 @@ class PipelineBench:
         read = read_topics(self.broker, [f"k.bench.{table}"], inserts + updates)
         messages = check_round(read, self.source, table, inserts, updates)
         plain = [(f"plain.{table}", v, k) for k, v in messages]
-        return Round(len(messages), seconds, cpu), plain
+        return Round(len(messages), seconds, cpu, stored - t0), plain
 
 
 def _seq(offset: Any) -> int:
     """The store seq of a progress report's source offset (JSON text or a dict)."""
     doc = orjson.loads(offset) if isinstance(offset, str) else offset
     return int(doc["seq"])
+
+
+def profile(out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling this process and its descendants (the Spark JVM's Python workers)
+    into ``out`` (collapsed stacks per thread, idle frames left out, without pausing the
+    processes) until it gets SIGINT."""
+    spy = Path(sys.executable).with_name("py-spy")
+    proc = subprocess.Popen(
+        [str(spy), "record", "-p", str(os.getpid()), "-s", "--threads", "--nonblocking",
+         "-r", "200", "-f", "raw", "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(0.5)  # attached before the clock starts
+    return proc
 
 
 # --- the sink's Spark write path alone (the secondary figure) -----------------------------
@@ -674,6 +704,7 @@ def main() -> None:
         "--source-option", action="append", default=[],
         help="key=value, more source options (driverApplyMaxRows=0: every batch a Spark job)",
     )  # fmt: skip
+    ap.add_argument("--profile", type=Path, help="a directory: py-spy samples of each round")
     ap.add_argument("--no-dataframe", action="store_true", help="leave the secondary figure out")
     ap.add_argument("--df-rows", type=int, default=None, help="secondary figure's rows (300 000)")
     args = ap.parse_args()
@@ -722,7 +753,9 @@ def main() -> None:
         running = threading.Thread(target=lambda: runner.run(stop=stop, progress=progress))
         running.start()
         wait(lambda: runner.query is not None, 120, "the query")
-        bench = PipelineBench(source, reader, runner, broker, pids)
+        if args.profile:
+            args.profile.mkdir(parents=True, exist_ok=True)
+        bench = PipelineBench(source, reader, runner, broker, pids, args.profile)
         import headwater
 
         print(
