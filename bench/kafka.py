@@ -241,10 +241,10 @@ class Round:
     def line(self, name: str, *, spark: bool) -> str:
         c = self.cpu
         if spark:
+            reader = "" if self.reader_s is None else f"reader done at {self.reader_s:.2f}s, "
             parts = (
-                f"reader done at {self.reader_s or 0:.2f}s, "
-                f"cpu {c.pipeline:.2f}s (this process {c.driver:.2f}, JVM {c.jvm:.2f} with JIT"
-                f" {c.jit:.2f}, Python workers {c.workers:.2f}) + broker {c.broker:.2f}s"
+                f"{reader}cpu {c.pipeline:.2f}s (this process {c.driver:.2f}, JVM {c.jvm:.2f}"
+                f" with JIT {c.jit:.2f}, Python workers {c.workers:.2f}) + broker {c.broker:.2f}s"
                 f" + source {c.source:.2f}s"
             )
         else:
