@@ -42,6 +42,9 @@ Starts a sandbox source MariaDB (binlog on) and a target MariaDB. Then, in the s
   must match the source's. For the batched workload (same binlog range as the others) and
   for a single-row-transaction workload (``--single`` INSERTs then half as many UPDATEs
   of table ``s``, one commit each), which headwater then replicates as one more round.
+  The single-row workload runs ``--single-rounds`` times (default 3), each on a table of
+  its own (``s``, ``s2``, ...) committed while the reader is stopped, each replicated by
+  MariaDB (every mode) and by headwater; each side's median counts.
 
 The target server runs with MariaDB's durable default, ``innodb_flush_log_at_trx_commit=1``,
 as a production target does (``--relaxed-target``: ``2``, the test fixtures' setting, under
@@ -536,6 +539,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--rounds", type=int, default=3, help="headwater rounds (median counts)")
     ap.add_argument(
+        "--single-rounds",
+        type=int,
+        default=3,
+        help="rounds of the single-row workload, each on a table of its own, for MariaDB's"
+        " replication and headwater alike (the medians count)",
+    )
+    ap.add_argument(
         "--relaxed-target",
         action="store_true",
         help="target with innodb_flush_log_at_trx_commit=2 (the test fixtures' setting)"
@@ -571,7 +581,8 @@ def main() -> None:
     try:
         # The tables of every round exist before the pipeline starts: a DDL record in a
         # timed round would cost it a micro-batch of its own.
-        tables = ["t", *(f"t{n}" for n in range(2, args.rounds + 1)), "s"]
+        singles = ["s", *(f"s{n}" for n in range(2, args.single_rounds + 1))]
+        tables = ["t", *(f"t{n}" for n in range(2, args.rounds + 1)), *singles]
         source.execute(
             "CREATE DATABASE bench", *(TABLE.format(db="bench", table=t) for t in tables),
             "CREATE TABLE bench.warm (id INT PRIMARY KEY, v INT)",
@@ -582,7 +593,7 @@ def main() -> None:
             *(TABLE.format(db="bench_hw", table=t) for t in tables),
         )  # fmt: skip
         replica.execute(
-            "CREATE DATABASE bench", *(TABLE.format(db="bench", table=t) for t in ("t", "s"))
+            "CREATE DATABASE bench", *(TABLE.format(db="bench", table=t) for t in ("t", *singles))
         )
         setup_replica(replica, source)
         start = source.binlog_position()
@@ -726,16 +737,28 @@ def main() -> None:
         pg_rate, copy_rate = changes / pg_s, copy_rows / copy_s
         print(f"headwater into PostgreSQL: {pg_rate:,.0f} rows/s; COPY {copy_rate:,.0f} rows/s")
 
-        # Single-row transactions: MariaDB's replication, then headwater, same binlog.
-        stop_reader()
-        gtid_from = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
-        single_changes = single_workload(source, single)
-        gtid_to = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
-        print(f"single-row workload: {single_changes} transactions", file=sys.stderr)
-        native_single = native(source, replica, "s", (gtid_from, gtid_to), single_changes)
-        hw_single = single_changes / timed(
-            "s", single_changes, checksum(source, "bench", "s"), gtid_to
-        )
+        # Single-row transactions: MariaDB's replication, then headwater, same binlog; one
+        # round per table (``s``, ``s2``, ...), each committed while the reader is stopped;
+        # the median of each side's rounds counts (one round of each swung by a fifth).
+        single_rounds: dict[str, list[float]] = {}
+        for table in singles:
+            stop_reader()
+            gtid_from = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
+            single_changes = single_workload(source, single, table)
+            gtid_to = str(source.query("SELECT @@gtid_binlog_pos")[0][0])
+            print(f"single-row workload {table}: {single_changes} transactions", file=sys.stderr)
+            rates_of = native(source, replica, table, (gtid_from, gtid_to), single_changes)
+            rates_of["headwater"] = single_changes / timed(
+                table, single_changes, checksum(source, "bench", table), gtid_to
+            )
+            for label, rate in rates_of.items():
+                single_rounds.setdefault(label, []).append(rate)
+        native_single = {
+            label: statistics.median(r)
+            for label, r in single_rounds.items()
+            if label != "headwater"
+        }
+        hw_single = statistics.median(single_rounds["headwater"])
 
         lat = latency(source, target, args.rate, seconds, first_id=10_000_000)
         print(
@@ -748,8 +771,14 @@ def main() -> None:
         for label, rate in native_rates.items():
             print(f"MariaDB replication {label}: {rate:,.0f} rows/s (batched)")
         for label, rate in native_single.items():
-            print(f"MariaDB replication {label}: {rate:,.0f} rows/s (single-row)")
-        print(f"headwater: {hw_rate:,.0f} rows/s (batched), {hw_single:,.0f} rows/s (single-row)")
+            print(
+                f"MariaDB replication {label}: {rate:,.0f} rows/s (single-row, median of"
+                f" {len(single_rounds[label])})"
+            )
+        print(
+            f"headwater: {hw_rate:,.0f} rows/s (batched), {hw_single:,.0f} rows/s (single-row,"
+            f" median of {len(single_rounds['headwater'])})"
+        )
         batched = cpu["t"]
         print(
             "headwater CPU per change, batched (median of rounds): Spark JVM"
