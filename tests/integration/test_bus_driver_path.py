@@ -183,6 +183,17 @@ def test_driver_path_sends_what_the_spark_path_sends(
     assert len({p for t, p in want if t.startswith("row.")}) > 1
     for tp in want:
         assert got[tp] == want[tp], tp
+    # the driver's figures (progress reports, status): rows per table as sent
+    for table in ("orders", "items"):
+        sent = sum(len(ms) for (t, _p), ms in got.items() if t == f"row.{db}.{table}")
+        first = runners[spark_tag].writer.query  # (batch 0's rows: Spark's, in both runs)
+        assert first is not None
+        batch0 = next(p for p in first.recentProgress if p["batchId"] == 0)
+        rows0 = {i["item"]: i["count"] for i in _tables_out(batch0)}.get(f"{db}.{table}", 0)
+        driven_rows = sum(b.tables_out.get(f"{db}.{table}", 0) for b in bus.batches.values())
+        assert rows0 + driven_rows == sent > 0
+    patched = bus.patch([{"batchId": driven[0], "numInputRows": 0}])[0]
+    assert patched["numInputRows"] == bus.batches[driven[0]].rows_in > 0
     ums = [v for tp, ms in want.items() if tp[0] == "ums" for _k, v in ms]
     assert 0 < len(ums) < rows  # runs of up to 5 rows of a table
 
@@ -195,6 +206,13 @@ def test_driver_path_sends_what_the_spark_path_sends(
     got_redis = _redis(redis_server, driver_tag)
     assert set(want_redis) == {f"r.{db}.orders", f"r.{db}.items", f"r.schema.{db}."}
     assert got_redis == want_redis
+
+
+def _tables_out(report: Any) -> list[Any]:
+    """The rows per table a Spark batch's report observed (``observedMetrics``)."""
+    from headwater.pipeline.runner import OBSERVED
+
+    return list(report["observedMetrics"][OBSERVED]["tables"])
 
 
 def _last_commit_removed(checkpoint: Path) -> int:
