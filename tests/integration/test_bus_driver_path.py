@@ -297,3 +297,41 @@ def _rows_in_log(spark: SparkSession, task_dir: Path, db: str) -> int:
     register(spark)
     df = spark.read.format("headwater").option("path", str(task_dir)).load()
     return int(df.where(df.database == db).count())
+
+
+def test_kafka_writers_at_once_keep_their_producers(kafka_broker: str) -> None:  # noqa: F811
+    """Two writer threads at once (the driver's task indexes) each get a producer and
+    both are kept for the next batch (one kept meant a new producer id every batch)."""
+    import threading
+
+    import pyarrow as pa
+
+    from headwater.changes.schema import change_arrow_schema
+    from headwater.sinks.bus.messages import BusOptions
+    from headwater.sinks.kafka import KafkaConfig, producer as kp
+
+    name = f"pool{abs(hash(kafka_broker)) % 10**6}{threading.get_ident() % 1000}"
+    config = KafkaConfig(kafka_broker, bus=BusOptions(topic=name), partitions=1,
+                         producer=(("client.id", name),))  # fmt: skip
+    row = {"source": "s", "database": "d", "table": "t", "op": "insert", "sequence": 1 << 24,
+           "key": '{"id":1}', "after": '{"id":1}'}  # fmt: skip
+    batch = pa.Table.from_pylist([row], schema=change_arrow_schema()).to_batches()[0]
+    key = kp._settings_key(config)
+    used: list[list[int]] = []
+    for _round in range(2):
+        start = threading.Barrier(2)
+
+        def write(index: int, start: threading.Barrier) -> None:
+            start.wait()
+            assert kp.write_partition(config, 0, index, iter([batch])) == 1
+
+        threads = [threading.Thread(target=write, args=(i, start)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        used.append(sorted(id(p) for p, _e in kp._PRODUCERS[key]))
+    assert len(used[0]) == 2
+    assert used[1] == used[0]  # the same two producers, kept and reused
+    got = kafka_read(kafka_broker, [name], 4)
+    assert sum(len(ms) for ms in got.values()) == 4

@@ -222,8 +222,12 @@ def write_partition(
 #: Tansu: 0.5 s for 1 000 messages, 4 ms on the same producer after that): that was most of
 #: a micro-batch's fixed cost. Reuse keeps the guarantees: each call ends with a ``flush``
 #: whose failures it raises, and only a producer that delivered everything is put back.
-_PRODUCERS: dict[tuple[tuple[str, str], ...], tuple[Any, _Errors]] = {}
+#: Up to :data:`IDLE_PRODUCERS` are kept per settings: the driver's bus path
+#: (:mod:`headwater.pipeline.busdirect`) runs a writer thread per task index at once, and
+#: with one kept the others acquired a producer id every batch.
+_PRODUCERS: dict[tuple[tuple[str, str], ...], list[tuple[Any, _Errors]]] = {}
 _PRODUCERS_LOCK = threading.Lock()
+IDLE_PRODUCERS = 8
 
 
 def _settings_key(config: KafkaConfig) -> tuple[tuple[str, str], ...]:
@@ -237,7 +241,8 @@ def _idempotent_producer(config: KafkaConfig) -> tuple[Any, _Errors]:
 
     key = _settings_key(config)
     with _PRODUCERS_LOCK:
-        found = _PRODUCERS.pop(key, None)
+        idle = _PRODUCERS.get(key)
+        found = idle.pop() if idle else None
     if found is None:
         errors = _Errors()
         found = (Producer(_with_reports(producer_settings(config), errors)), errors)
@@ -248,7 +253,9 @@ def _idempotent_producer(config: KafkaConfig) -> tuple[Any, _Errors]:
 def _release(config: KafkaConfig, producer: Any, errors: _Errors) -> None:
     """Give a producer that delivered everything back for the next call."""
     with _PRODUCERS_LOCK:
-        _PRODUCERS.setdefault(_settings_key(config), (producer, errors))
+        idle = _PRODUCERS.setdefault(_settings_key(config), [])
+        if len(idle) < IDLE_PRODUCERS:
+            idle.append((producer, errors))
 
 
 def _write_transaction(
