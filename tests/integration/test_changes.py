@@ -9,12 +9,15 @@ from decimal import Decimal
 
 import pytest
 
+from headwater._native._ingest import events
 from headwater.binlog.constants import EventType
 from headwater.binlog.framing import FormatDescription, iter_file_events
 from headwater.binlog.tablemap import TableMap
 from headwater.changes import (
+    _CHANGE_EVENTS,
     _TABLE_MAPS,
     ChangeBlock,
+    _events_python,
     _general_blocks,
     _planned_blocks,
     decode_blocks,
@@ -174,6 +177,35 @@ def test_malformed_payload_is_a_typed_error_naming_the_record() -> None:
         600 - 19 - len(body),
         "WRITE_ROWS_V1",
     )
+
+
+def test_the_compiled_walk_of_a_payload_is_the_python_walk() -> None:
+    """``_ingest.events`` (the planned decoding's walk of a record) gives what its Python
+    twin gives: the index, type and body bounds of each event a change may come from
+    (GTID, annotation and XID passed over), and None for a payload that does not frame."""
+
+    def event(code: int, body: bytes) -> bytes:
+        return struct.pack("<IBIIIH", 0, code, 1, 19 + len(body), 0, 0) + body
+
+    payload = encode_events(
+        [
+            event(EventType.MARIADB_GTID, bytes(19)),
+            event(EventType.ANNOTATE_ROWS, b"INSERT INTO t VALUES (1)"),
+            event(EventType.TABLE_MAP, b"map"),
+            event(EventType.WRITE_ROWS_V1, b"rows"),
+            event(EventType.QUERY, b""),
+            event(EventType.XID, bytes(8)),
+        ]
+    )
+    want = [(2, 19, 112, 115), (3, 23, 138, 142), (4, 2, 165, 165)]
+    assert events(payload, _CHANGE_EVENTS) == want
+    assert _events_python(payload, _CHANGE_EVENTS) == want
+    assert events(b"", _CHANGE_EVENTS) == _events_python(b"", _CHANGE_EVENTS) == []
+    for cut in (payload[:-1], payload[:3], payload + bytes(2), payload + bytes(4)):
+        assert events(cut, _CHANGE_EVENTS) is None
+        assert _events_python(cut, _CHANGE_EVENTS) is None
+    with pytest.raises(ValueError, match="256 bytes"):
+        events(payload, b"\x01")
 
 
 class _CountingSchema:

@@ -1179,6 +1179,54 @@ static uint32_t shard_value(uint32_t crc, PyObject *v, int *ok) {
     return crc;
 }
 
+/* events(payload, mask) -> [(index, type_code, body_start, body_end)] of the events of a
+ * store record's payload (headwater/changes/__init__.py: each a u32 LE length, then the
+ * 19-byte header and the body) whose type code's byte in ``mask`` (256 bytes) is not 0, in
+ * order, ``index`` counting every event; None when the payload does not frame (a length
+ * shorter than a header or past the end: the Python decoder names that error). The changes
+ * decoder's walk of a record (headwater.changes._planned_blocks): a one-row transaction's
+ * GTID, annotation and XID are passed over here rather than framed in Python. */
+static PyObject *py_events(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer payload, mask;
+    if (!PyArg_ParseTuple(args, "y*y*:events", &payload, &mask)) return NULL;
+    PyObject *out = NULL;
+    if (mask.len != 256) {
+        PyErr_SetString(PyExc_ValueError, "events: mask must be 256 bytes");
+        goto done;
+    }
+    const uint8_t *p = payload.buf, *m = mask.buf;
+    Py_ssize_t n = payload.len, pos = 0, index = 0;
+    out = PyList_New(0);
+    if (out == NULL) goto done;
+    while (pos < n) {
+        if (n - pos < 4) goto unframed;
+        uint32_t size = rd32(p + pos);
+        pos += 4;
+        if (size < 19 || (Py_ssize_t)size > n - pos) goto unframed;
+        uint8_t code = p[pos + 4];
+        if (m[code]) {
+            PyObject *t = Py_BuildValue("(ninn)", index, (int)code, pos + 19,
+                                        pos + (Py_ssize_t)size);
+            int failed = t == NULL || PyList_Append(out, t) < 0;
+            Py_XDECREF(t);
+            if (failed) {
+                Py_CLEAR(out);
+                goto done;
+            }
+        }
+        pos += size;
+        index++;
+    }
+    goto done;
+unframed:
+    Py_DECREF(out);
+    out = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&payload);
+    PyBuffer_Release(&mask);
+    return out;
+}
+
 /* shard_column(prefix, values, index=-1): [hash of each row's one-column key] or None;
  * with index >= 0, values are rows (tuples or lists) and the key is row[index]. */
 static PyObject *shard_column(PyObject *Py_UNUSED(module), PyObject *args) {
@@ -1233,6 +1281,8 @@ static PyMethodDef module_methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "crc32(data): the binlog's CRC32 (zlib's), as the scan checks it"},
     {"stamp", stamp, METH_VARARGS, "assign seqs and CRC32Cs to record frames (see the source)"},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0): CRC32C, as the crc32c package"},
+    {"events", py_events, METH_VARARGS,
+     "events(payload, mask): (index, type, body start, body end) of the wanted events, or None"},
     {"shard_column", shard_column, METH_VARARGS,
      "shard_column(prefix, values, index=-1): the shard hash of each one-column key, or None"},
     {NULL, NULL, 0, NULL},

@@ -531,21 +531,14 @@ def _planned_blocks(
     out: list[ChangeBlock] = []
     tables: dict[int, TableMap] = {}  # table id -> TableMap, as ctx.table_maps
     skip_ids: set[int] = set()
-    n = index = pos = 0
-    end = len(payload)
-    unpack = _LEN.unpack_from
+    events = _change_events(payload, _CHANGE_EVENTS)
+    if events is None:
+        return None
+    n = 0
     try:
-        while pos < end:
-            (size,) = unpack(payload, pos)
-            start, pos = pos + 4 + EVENT_HEADER_SIZE, pos + 4 + size
-            if size < EVENT_HEADER_SIZE or pos > end:
-                return None
-            code = payload[start - EVENT_HEADER_SIZE + 4]
-            index += 1
-            if code in _NO_CHANGES:
-                continue
+        for index, code, start, stop in events:
             if code == _TABLE_MAP_EVENT:
-                tm = maps.get(payload[start:pos])
+                tm = maps.get(payload[start:stop])
                 if tm is None:
                     return None
                 tables[tm.table_id] = tm
@@ -556,7 +549,7 @@ def _planned_blocks(
                 continue
             if code not in _PLAIN_ROWS:
                 return None
-            body = payload[start:pos]
+            body = payload[start:stop]
             if len(body) < id_size:
                 return None
             table_id = int.from_bytes(body[:id_size], "little")
@@ -566,12 +559,12 @@ def _planned_blocks(
             if found is None:
                 return None
             _k, flags, _x, _w, first, second, _b, at = _cached_layout(code, body, found, id_size)
+            position = _event_position(
+                base.change_id, base.file_num, base.offset, base.event_index + index
+            )
             key = (id(found), code, first, second, version)
             plan = plans.get(key)
             if plan is None or plan.table_map is not found:
-                position = _event_position(
-                    base.change_id, base.file_num, base.offset, base.event_index + index - 1
-                )
                 plan = _plan(found, code, first, second, schema, base, position)
                 if len(plans) >= _PLANS_MAX:
                     plans.clear()
@@ -585,9 +578,6 @@ def _planned_blocks(
             if flags & 1:  # STMT_END_F: the statement's table maps are done with
                 tables.clear()
             if rows:
-                position = _event_position(
-                    base.change_id, base.file_num, base.offset, base.event_index + index - 1
-                )
                 out.append(
                     ChangeBlock(
                         plan.database, plan.table, plan.op, position, n, rows,
@@ -597,9 +587,40 @@ def _planned_blocks(
                 n += len(rows)
     except (BinlogFormatError, *DECODE_ERRORS):
         return None
-    if pos != end:
-        return None
     return out
+
+
+#: The event types :func:`_planned_blocks` looks at, as a byte per type code (every type
+#: but those no change comes from).
+_CHANGE_EVENTS = bytes(0 if code in _NO_CHANGES else 1 for code in range(256))
+
+
+def _events_python(payload: bytes, mask: bytes) -> list[tuple[int, int, int, int]] | None:
+    """``headwater._native._ingest.events`` in Python (a build without the extension):
+    ``(index, type code, body start, body end)`` of the payload's events whose type's
+    byte in ``mask`` is set; None when the payload does not frame."""
+    out = []
+    pos = index = 0
+    end = len(payload)
+    while pos < end:
+        if end - pos < 4:
+            return None
+        (size,) = _LEN.unpack_from(payload, pos)
+        start, pos = pos + 4 + EVENT_HEADER_SIZE, pos + 4 + size
+        if size < EVENT_HEADER_SIZE or pos > end:
+            return None
+        code = payload[start - EVENT_HEADER_SIZE + 4]
+        if mask[code]:
+            out.append((index, code, start, pos))
+        index += 1
+    return out
+
+
+_change_events: Callable[[bytes, bytes], list[tuple[int, int, int, int]] | None]
+try:  # the compiled walk (setup.py builds it with the package)
+    from headwater._native._ingest import events as _change_events
+except ImportError:  # pragma: no cover - a build without the extension
+    _change_events = _events_python
 
 
 def _plan(
