@@ -67,12 +67,26 @@ a message>`` (medians; the pipeline's this process, JVM and workers, the plain s
 process; broker and source apart), the ratio the load moves least. Last line:
 ``kafka_sink_vs_plain_producer=<median pipeline msgs/s / median plain msgs/s>`` (target
 >= 0.5). ``--quick``: 60 000 changes a round, one timed round, one warm-up round,
-10 warm-up batches.
+10 warm-up batches; its ratios are not comparable with a full run's (the plain producer
+sends its 60 000 messages in about 0.1 s).
+
+Figures (2026-11-24, full runs, other sessions' work on the 2 cores, load beside them).
+Every batch a Spark job (the code before the bus driver path, and
+``--source-option driverApplyMaxRows=0`` after it): 0.19 at load 4.0-5.9 and 0.19 at
+4.2-7.8; the pipeline 2.1-3.9 s a round, 2.2-3.3 CPU-s (JVM 1.2-2.3 with its JIT 0.3-0.7,
+Python workers 0.6-1.0); the plain producer 0.4-0.8 s, 0.42-0.47 CPU-s. With the bus
+driver path (``headwater.pipeline.busdirect``): 0.32 at load 5.6-7.3 and 0.38 at
+5.4-7.7; the pipeline 1.3-1.7 s a round (one 4.75 s outlier), 1.3-1.5 CPU-s, 1.0-1.1 of it
+in this process (reader, decoding, formatting, producing), the JVM 0.25-0.46 (planning
+and the progress polls); by CPU 0.32-0.34 (4.6-4.7 us a message against 1.5). Every round
+has two batches or three: the idle stream's first trigger takes the first transaction
+alone (0.05-0.16 s), the next the rest.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import socket
@@ -474,6 +488,7 @@ def plain_round(
     p.produce("plainwarm", b"warm", None)  # the producer id is acquired untimed (0.5 s),
     assert p.flush(30) == 0  # as the sink's reused producer has it (kafka/producer.py)
     produce, poll = p.produce, p.poll
+    gc.collect()  # the bench's own garbage (read-backs, checks) is not the producer's
     cpu0, t0 = pids.cpu(), time.perf_counter()
     for topic, value, key in messages:
         while True:
@@ -545,6 +560,7 @@ class PipelineBench:
         begin = log.end()[0]  # the reader is stopped: the round's records come after
         profiler = profile(self.profile / f"{table}.txt") if self.profile else None
         try:
+            gc.collect()  # the bench's own garbage (read-backs, checks) is not the pipeline's
             cpu0, t0 = self.pids.cpu(), time.perf_counter()
             self.reader.start()
             stored = self.applied(gtid, log)
