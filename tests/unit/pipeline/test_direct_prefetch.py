@@ -2,7 +2,8 @@
 change log written in this process and read as a reader in another process reads it:
 it holds exactly the records after its cursor, the same as a read of the log, grows as
 the log grows (a catch-up: at least BURST_RECORDS waiting), keeps to its bounds, and
-answers None for any range it does not hold whole."""
+answers None for any range it does not hold whole (or, asked for what it holds of a
+range, that part, pausing when it does not reach the range's end)."""
 
 from __future__ import annotations
 
@@ -77,10 +78,23 @@ def test_prefetch_holds_the_records_after_its_cursor_as_the_log_reads_them(
         _append(writer, 1011, 1011 + BURST_RECORDS)  # a catch-up: read ahead
         _until(lambda: prefetch.take(1001, 1011 + BURST_RECORDS) is not None)
         assert prefetch.take(1001, 1011) == list(reader.records(1001, 1011))
+        # A batch past what it holds takes the part it holds, which pauses it (the batch
+        # reads the rest itself): nothing held, nothing read until the next follow.
+        held = prefetch.take_prefix(1001, 1101 + BURST_RECORDS)
+        assert held == list(reader.records(1001, 1011 + BURST_RECORDS))
+        assert prefetch.take_prefix(1001, 1002) == [] and prefetch.take(1001, 1002) is None
+        _append(writer, 1011 + BURST_RECORDS, 1101 + BURST_RECORDS)
+        time.sleep(0.3)
+        assert prefetch.take_prefix(1075, 1076) == []
+        prefetch.follow(1050)
+        _until(lambda: prefetch.take(1050, 1101 + BURST_RECORDS) is not None)
+        # a range it holds whole: taken, the thread goes on
+        assert prefetch.take_prefix(1060, 1070) == list(reader.records(1060, 1070))
+        assert prefetch.take(1050, 1101 + BURST_RECORDS) is not None
+        assert prefetch.take_prefix(1040, 1070) == []  # (before its cursor: none, paused)
     finally:
         prefetch.close()
         reader.close()
         writer.close()
-    assert prefetch.take(1001, 1011) is not None  # (closing keeps what it held)
     prefetch.follow(1005)  # and starts nothing after close
     assert prefetch._thread is None
