@@ -608,8 +608,9 @@ class _Writer:
         where the target holds a row with that value. First the rows in the values'
         range, up to as many as there are distinct values: fewer, and they are all the
         target holds there (one range read: an empty range, or a catch-up's few earlier
-        rows). Otherwise ``SELECT DISTINCT k ... WHERE k IN (...)`` in slices of
-        :data:`_PROBE_KEYS` distinct values. Both are consistent reads (the committed
+        rows; counted in the server first, so a full range sends no row). Otherwise
+        ``SELECT DISTINCT k ... WHERE k IN (...)`` in slices of :data:`_PROBE_KEYS`
+        distinct values. Both are consistent reads (the committed
         rows and this transaction's own), which take no lock and wait on none. Only this
         shard writes its keys, so what it finds holds until the writes that follow. With
         ``give_up``, None when more than half of the first slice is held (mostly updates:
@@ -620,13 +621,23 @@ class _Writer:
         if isinstance(distinct, pa.ChunkedArray):
             distinct = distinct.combine_chunks()
         bounds = pc.min_max(distinct).as_py()
+        within = (bounds["min"], bounds["max"], len(distinct))
+        # Counted first, in the server: a full range (the previous batch's keys) would
+        # send as many rows as there are values only to be dropped (measured on
+        # bench/pipeline.py, py-spy: PyMySQL's parsing of 25,000 such rows a shard was
+        # about half of the workers' apply samples in a catch-up split in two batches).
         cur.execute(
-            f"SELECT {name} FROM {plan.ref} WHERE {name} BETWEEN %s AND %s LIMIT %s",
-            (bounds["min"], bounds["max"], len(distinct)),
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM {plan.ref} WHERE {name} BETWEEN %s AND %s"
+            " LIMIT %s) AS hw_range",
+            within,
         )
-        found = [int(r[0]) for r in cur.fetchall()]
-        if len(found) < len(distinct):  # every row in the range: all the values held
-            return pc.is_in(values, value_set=pa.array(found, values.type))
+        if int(cur.fetchone()[0]) < len(distinct):
+            cur.execute(
+                f"SELECT {name} FROM {plan.ref} WHERE {name} BETWEEN %s AND %s LIMIT %s", within
+            )
+            found = [int(r[0]) for r in cur.fetchall()]
+            if len(found) < len(distinct):  # every row in the range: all the values held
+                return pc.is_in(values, value_set=pa.array(found, values.type))
         found = []
         for start in range(0, len(distinct), _PROBE_KEYS):
             part = distinct.slice(start, _PROBE_KEYS)
