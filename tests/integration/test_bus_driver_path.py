@@ -26,6 +26,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from pyspark.sql import SparkSession
 
@@ -73,12 +74,14 @@ def _sinks(tag: str, broker: str, nats_url: str, redis: tuple[str, int]) -> str:
     )
 
 
-def _config(path: Path, task_dir: Path, name: str, sinks: str, *, driver: bool) -> Path:
+def _config(
+    path: Path, task_dir: Path, name: str, sinks: str, *, driver: bool, transforms: str = ""
+) -> Path:
     off = "" if driver else ", driverApplyMaxRows: '0'"
     path.write_text(
         f"name: {name}\nsource:\n  path: {task_dir}\n"
         f"  options: {{maxRowsPerTrigger: '{BATCH_ROWS}'{off}}}\n"
-        f"checkpoint: {path.parent / ('ck_' + name)}\nsinks:\n{sinks}"
+        f"checkpoint: {path.parent / ('ck_' + name)}\n{transforms}sinks:\n{sinks}"
     )
     return path
 
@@ -206,6 +209,51 @@ def test_driver_path_sends_what_the_spark_path_sends(
     got_redis = _redis(redis_server, driver_tag)
     assert set(want_redis) == {f"r.{db}.orders", f"r.{db}.items", f"r.schema.{db}."}
     assert got_redis == want_redis
+
+
+@pytest.mark.timeout(600)
+def test_driver_path_transforms_send_what_the_spark_path_sends(
+    spark: SparkSession,
+    mariadb: MariadbSandbox,
+    db: str,
+    reader: tuple[Running, Path],  # noqa: F811
+    kafka_broker: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A table renamed, a column excluded and one masked (the Python row operations on
+    images): the same Kafka messages from both paths."""
+    running, task_dir = reader
+    _workload(mariadb, db, running, seed=12)
+    transforms = (
+        f"transforms:\n  - rename_table: {{{db}.items: items_v2}}\n"
+        "  - exclude: [version]\n  - mask:\n      note: {keep_last: 2}\n"
+    )
+    tags = []
+    for driver in (False, True):
+        tag = f"{'tdrv' if driver else 'tspk'}{abs(hash(db)) % 10**6}"
+        sinks = (
+            f"  - type: kafka\n    bootstrap_servers: '{kafka_broker}'\n"
+            f"    topic: '{tag}.{{database}}.{{table}}'\n    schema_topic: '{tag}.schema'\n"
+            "    tasks: 2\n"
+        )
+        config = _config(tmp_path / f"{tag}.yaml", task_dir, tag, sinks, driver=driver,
+                         transforms=transforms)  # fmt: skip
+        runner = _run(spark, config)
+        assert (runner.writer.bus is not None) == driver
+        tags.append(tag)
+    topics = [f"{db}.orders", f"{db}.items_v2", "schema"]
+    rows = _rows_in_log(spark, task_dir, db)
+    want = _kafka(kafka_broker, tags[0], topics, rows)
+    got = _kafka(kafka_broker, tags[1], topics, rows)
+    assert set(want) == set(got) and {t for t, _p in want} == set(topics)
+    assert sum(len(ms) for ms in want.values()) == rows
+    for tp in want:
+        assert got[tp] == want[tp], tp
+    values = [orjson.loads(v) for ms in got.values() for _k, v in ms]
+    after = [v["after"] for v in values if v.get("after")]
+    assert after and all("version" not in a for a in after)
+    notes = [a["note"] for a in after if a.get("note")]
+    assert notes and all(n[:-2] == "*" * (len(n) - 2) for n in notes)
 
 
 def _tables_out(report: Any) -> list[Any]:
