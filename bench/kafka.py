@@ -30,10 +30,12 @@ Each timed round (``--rounds``, 3):
    multi-row INSERT transactions of 1 000 small rows, then every row UPDATEd, 1 000 a
    transaction (300 000 changes; ``--quick``: 60 000). The clock starts when the reader
    restarts (it resumes from its stored position: the whole workload is behind it) and
-   stops when the query has committed the batch that holds the last record the reader
-   stored: the sink's ``flush`` of its idempotent ``acks=all`` producers ends every batch,
-   so by then the broker has acknowledged every message. Reader catch-up, decoding,
-   micro-batch planning, formatting and producing are all inside.
+   stops when the pipeline's ``foreachBatch`` has returned for the batch that holds the
+   last record the reader stored (its end read from Spark's offset log): the sink's
+   ``flush`` of its idempotent ``acks=all`` producers ends every batch, so by then the
+   broker has acknowledged every message. Reader catch-up, decoding, micro-batch
+   planning, formatting and producing are all inside; Spark's commit log write and
+   progress report after the batch are not.
 2. The round's topic is read back whole (every partition from the start, until the
    expected count and then 1 s without a message, so a duplicate would show) and checked
    before the rate counts: as many messages as changes, every ``sequence`` once, the
@@ -108,13 +110,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from headwater.config import FilterConfig, HostConfig, SourceConfig, StartConfig
 from headwater.pipeline.config import parse_pipeline_config
+from headwater.pipeline.direct import offset_at
 from headwater.pipeline.runner import PipelineRunner
 from headwater.position import BinlogCoordinate
 from headwater.reader.task import ReaderTask
 from headwater.sandbox import MariadbSandbox, SandboxOptions
 from headwater.spark.logaccess import open_log
 from headwater.spark.offsets import parse_options
-from pipeline import TABLE, applied_all, caught_up, stored_through, wait
+from pipeline import TABLE, caught_up, stored_through, wait
 
 #: (topic, value, key): a message as ``Producer.produce`` takes it.
 Message = tuple[str, bytes | None, bytes | None]
@@ -530,8 +533,17 @@ class PipelineBench:
         stored = time.perf_counter()
         end_seq = _stored(log, gtid)
         assert end_seq is not None
-        wait(lambda: applied_all(self.runner.query, end_seq), 300, "the pipeline", period=0.02)
+        wait(lambda: self.sent_through(end_seq), 300, "the pipeline", period=0.01)
         return stored
+
+    def sent_through(self, end_seq: int) -> bool:
+        """The pipeline's ``foreachBatch`` has returned for a batch whose end (Spark's
+        offset log, written before the batch runs) reaches ``end_seq``: every sink has
+        flushed its producers in it. Read in Python: polling the query's ``lastProgress``
+        (a Py4J call, the report made JSON in the JVM) every few ms would add JVM CPU to
+        the pipeline's figures."""
+        end = offset_at(self.runner.config.checkpoint, self.runner.writer.last_committed)
+        return end is not None and end.seq >= end_seq
 
     def small_batches(self, n: int) -> None:
         """``n`` transactions of 1 000 rows to ``bench.small``, each applied before the
@@ -569,6 +581,8 @@ class PipelineBench:
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its file and ends
                 profiler.wait(60)
+        last = self.runner.writer.last_committed  # its report comes after Spark's commit
+        wait(lambda: (query.lastProgress or {}).get("batchId", -1) >= last, 60, "the report")
         batches = [
             p
             for p in query.recentProgress
