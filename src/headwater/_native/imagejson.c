@@ -647,7 +647,7 @@ static int same_key(const Keys *old, PyObject *const *b, const Keys *new, PyObje
 }
 
 typedef struct {
-    Keys names, bnames, picks, old_picks;
+    const Keys *names, *bnames, *picks, *old_picks; /* (the cache's: see cached_keys) */
     int has_picks, has_old;
 } Shape;
 
@@ -660,11 +660,11 @@ static int render_rows(PyObject *op, PyObject *rows, Py_ssize_t lo, Py_ssize_t h
         PyObject *row = PyList_GET_ITEM(rows, r);
         if (!update) {
             PyObject *held;
-            PyObject *const *v = image_values(row, sh->names.n, &held);
+            PyObject *const *v = image_values(row, sh->names->n, &held);
             if (v == NULL) return -1;
-            int rc = sh->has_picks ? emit_image(o, KEY, b, &sh->picks, v, 1, cb)
+            int rc = sh->has_picks ? emit_image(o, KEY, b, sh->picks, v, 1, cb)
                                    : emit_none(o, KEY);
-            if (rc == 0) rc = emit_image(o, images, b, &sh->names, v, 0, cb);
+            if (rc == 0) rc = emit_image(o, images, b, sh->names, v, 0, cb);
             Py_DECREF(held);
             if (rc < 0 || emit_none(o, empty) < 0 || emit_none(o, OLD_KEY) < 0) return -1;
             continue;
@@ -674,28 +674,28 @@ static int render_rows(PyObject *op, PyObject *rows, Py_ssize_t lo, Py_ssize_t h
             return -1;
         }
         PyObject *hb, *ha;
-        PyObject *const *bv = image_values(PyTuple_GET_ITEM(row, 0), sh->bnames.n, &hb);
+        PyObject *const *bv = image_values(PyTuple_GET_ITEM(row, 0), sh->bnames->n, &hb);
         if (bv == NULL) return -1;
-        PyObject *const *av = image_values(PyTuple_GET_ITEM(row, 1), sh->names.n, &ha);
+        PyObject *const *av = image_values(PyTuple_GET_ITEM(row, 1), sh->names->n, &ha);
         if (av == NULL) {
             Py_DECREF(hb);
             return -1;
         }
-        int rc = emit_image(o, BEFORE, b, &sh->bnames, bv, 0, cb);
-        if (rc == 0) rc = emit_image(o, AFTER, b, &sh->names, av, 0, cb);
+        int rc = emit_image(o, BEFORE, b, sh->bnames, bv, 0, cb);
+        if (rc == 0) rc = emit_image(o, AFTER, b, sh->names, av, 0, cb);
         if (rc == 0 && !sh->has_picks) {
             rc = emit_none(o, KEY) < 0 || emit_none(o, OLD_KEY) < 0 ? -1 : 0;
         } else if (rc == 0) {
-            rc = emit_image(o, KEY, b, &sh->picks, av, 1, cb);
+            rc = emit_image(o, KEY, b, sh->picks, av, 1, cb);
             if (rc == 0) {
                 /* before_key: set when every key column is in the before image and the
                  * values differ (partitions._block_json). */
-                int same = !sh->has_old || sh->picks.n == 0
+                int same = !sh->has_old || sh->picks->n == 0
                                ? 1
-                               : same_key(&sh->old_picks, bv, &sh->picks, av);
+                               : same_key(sh->old_picks, bv, sh->picks, av);
                 if (same < 0) rc = -1;
                 else if (same) rc = emit_none(o, OLD_KEY);
-                else rc = emit_image(o, OLD_KEY, b, &sh->old_picks, bv, 1, cb);
+                else rc = emit_image(o, OLD_KEY, b, sh->old_picks, bv, 1, cb);
             }
         }
         Py_DECREF(hb);
@@ -705,12 +705,82 @@ static int render_rows(PyObject *op, PyObject *rows, Py_ssize_t lo, Py_ssize_t h
     return 0;
 }
 
-static void shape_free(Shape *sh) {
-    keys_free(&sh->names);
-    keys_free(&sh->bnames);
-    keys_free(&sh->picks);
-    keys_free(&sh->old_picks);
+/* ---- the keys of image shapes seen before ------------------------------------------- */
+
+/* A table's blocks repeat the same names (the same str objects: headwater.changes' plans
+ * share one list per shape, partitions._key_picks one picks list), and building their Keys
+ * (a set, an encode and a bytes object per name) was most of a one-row block's render.
+ * Each of four slots (names, before names, picks, old picks) keeps the Keys last built in
+ * a capsule, with the tuple of the items they were built from: a list holding the very
+ * same objects in the same order (str and tuples are immutable, and the tuple's references
+ * keep them alive) has the same Keys. A call holds a reference to the capsules it uses, so
+ * another thread replacing a slot meanwhile (a value callback may release the GIL) frees
+ * nothing under it. */
+typedef struct {
+    Keys keys;
+    PyObject *items; /* tuple */
+    int picks;
+} Cached;
+
+#define CACHED_NAME "headwater._imagejson.keys"
+static PyObject *cache_slot[4];
+
+static void cached_free(PyObject *capsule) {
+    Cached *c = PyCapsule_GetPointer(capsule, CACHED_NAME);
+    if (c == NULL) return;
+    keys_free(&c->keys);
+    Py_XDECREF(c->items);
+    PyMem_Free(c);
 }
+
+/* The Keys of ``seq`` (a list of names, or of (name, index) pairs: ``picks``) in a capsule
+ * (a new reference) and in *keys; NULL with *rc 0 when the names are not distinct, NULL
+ * with *rc -1 on an error (keys_init's answers). */
+static PyObject *cached_keys(int slot, PyObject *seq, int picks, const Keys **keys, int *rc) {
+    if (!PyList_Check(seq)) {
+        PyErr_SetString(PyExc_TypeError, "image names must be a list");
+        *rc = -1;
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(seq);
+    PyObject *held = cache_slot[slot];
+    if (held != NULL) {
+        Cached *c = PyCapsule_GetPointer(held, CACHED_NAME);
+        int same = c != NULL && c->picks == picks && PyTuple_GET_SIZE(c->items) == n;
+        for (Py_ssize_t i = 0; same && i < n; i++)
+            same = PyList_GET_ITEM(seq, i) == PyTuple_GET_ITEM(c->items, i);
+        if (same) {
+            *keys = &c->keys;
+            *rc = 1;
+            return Py_NewRef(held);
+        }
+    }
+    Cached *c = PyMem_Calloc(1, sizeof *c);
+    if (c == NULL) {
+        PyErr_NoMemory();
+        *rc = -1;
+        return NULL;
+    }
+    *rc = keys_init(&c->keys, seq, picks);
+    c->picks = picks;
+    c->items = *rc == 1 ? PyList_AsTuple(seq) : NULL;
+    PyObject *capsule = c->items == NULL ? NULL : PyCapsule_New(c, CACHED_NAME, cached_free);
+    if (capsule == NULL) {
+        if (*rc == 1) {
+            *rc = -1;
+            keys_free(&c->keys);
+        }
+        Py_XDECREF(c->items);
+        PyMem_Free(c);
+        return NULL;
+    }
+    Py_XSETREF(cache_slot[slot], Py_NewRef(capsule));
+    *keys = &c->keys;
+    return capsule;
+}
+
+/* Keys of no names: the picks of a block without a key, the old picks of no update. */
+static const Keys no_keys;
 
 /* render_block(op, rows, lo, hi, before_names, after_names, picks, old_picks, out, plain,
  * escaped) -> bool (see the .pyi). */
@@ -750,20 +820,20 @@ static PyObject *render_block(PyObject *self, PyObject *const *args, Py_ssize_t 
 
     int update = PyUnicode_CompareWithASCIIString(op, "update") == 0;
     int insert = PyUnicode_CompareWithASCIIString(op, "insert") == 0;
-    Shape sh;
-    memset(&sh, 0, sizeof sh);
-    int ok = keys_init(&sh.names, insert || update ? an : bn, 0);
-    if (ok == 1 && update) ok = keys_init(&sh.bnames, bn, 0);
-    sh.has_picks = picks != Py_None;
-    if (ok == 1 && sh.has_picks) ok = keys_init(&sh.picks, picks, 1);
-    sh.has_old = update && old != Py_None;
-    if (ok == 1 && sh.has_old) ok = keys_init(&sh.old_picks, old, 1);
-    if (ok == 1 && sh.has_old && sh.old_picks.n != sh.picks.n) {
+    Shape sh = {&no_keys, &no_keys, &no_keys, &no_keys, picks != Py_None,
+                update && old != Py_None};
+    PyObject *caps[4] = {NULL, NULL, NULL, NULL}; /* the cached Keys this call uses */
+    int ok = 1;
+    caps[0] = cached_keys(0, insert || update ? an : bn, 0, &sh.names, &ok);
+    if (ok == 1 && update) caps[1] = cached_keys(1, bn, 0, &sh.bnames, &ok);
+    if (ok == 1 && sh.has_picks) caps[2] = cached_keys(2, picks, 1, &sh.picks, &ok);
+    if (ok == 1 && sh.has_old) caps[3] = cached_keys(3, old, 1, &sh.old_picks, &ok);
+    if (ok == 1 && sh.has_old && sh.old_picks->n != sh.picks->n) {
         PyErr_SetString(PyExc_ValueError, "render_block: picks and old_picks differ in length");
         ok = -1;
     }
     if (ok != 1) {
-        shape_free(&sh);
+        for (int i = 0; i < 4; i++) Py_XDECREF(caps[i]);
         if (ok < 0) return NULL;
         Py_RETURN_FALSE;
     }
@@ -775,7 +845,7 @@ static PyObject *render_block(PyObject *self, PyObject *const *args, Py_ssize_t 
     Buf b = {0};
     int rc = render_rows(op, rows, lo, hi, &sh, &o, &cb, &b);
     PyMem_Free(b.p);
-    shape_free(&sh);
+    for (int i = 0; i < 4; i++) Py_XDECREF(caps[i]);
     if (rc < 0) {
         /* Leave the columns as they were. */
         PyObject *type, *value, *tb;

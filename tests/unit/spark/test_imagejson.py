@@ -274,3 +274,35 @@ def test_an_update_that_changed_its_key_has_a_before_key() -> None:
         ['{"id":2,"a":"x"}', '{"id":3.0,"a":1}'],
         ['{"id":1}', None],  # 3 == 3.0: the key did not change
     )
+
+
+def test_names_are_rendered_as_they_are_at_each_call() -> None:
+    """The renderer keeps the keys of the names it saw last (the same objects in the same
+    order: a table's blocks repeat them): a list changed in place, equal names that are
+    other objects, fewer names, a key pick moved and names that are no longer distinct are
+    each rendered as they are at that call, as the Python path renders them."""
+    names = ["id", "v"]
+    picks = [("id", 0)]
+
+    def render(op: str, row: tuple[Any, ...], before: list[str], after: list[str]) -> Any:
+        out: tuple[list[Any], ...] = ([], [], [], [])
+        done = render_block(
+            op, [row], 0, 1, before, after, picks, None, out, _plain_json, _escaped_json
+        )
+        return done, [column[0] if column else "(none)" for column in out]
+
+    assert render("insert", (1, "a"), [], names) == (
+        True, ['{"id":1}', None, '{"id":1,"v":"a"}', None]
+    )  # fmt: skip
+    assert render("insert", (2, "b"), [], names)[1][2] == '{"id":2,"v":"b"}'  # (kept keys)
+    names[1] = "w"  # the same list, another name
+    assert render("insert", (3, "c"), [], names)[1][2] == '{"id":3,"w":"c"}'
+    other = ["".join(["i", "d"]), "".join(["w", ""])]  # equal names, other objects
+    assert render("delete", (4, "d"), other, [])[1] == ['{"id":4}', '{"id":4,"w":"d"}', None, None]
+    assert render("insert", (5,), [], names[:1])[1][2] == '{"id":5}'
+    picks[0] = ("id", 1)
+    assert render("insert", (6, 7), [], ["x", "id"])[1][:3] == ['{"id":7}', None, '{"x":6,"id":7}']
+    assert render("insert", (8, 9), [], ["id", "id"]) == (False, ["(none)"] * 4)
+    block = ChangeBlock("db", "t", "insert", Position(1, 1, 4, 0), 0, [(8, 9)], [], ["id", "id"],
+                        ("id",))  # fmt: skip
+    assert outcome(_images, block, 0, 1) == outcome(_images_python, block, 0, 1)
