@@ -272,10 +272,29 @@ class _Route:
             return
         import numpy as np
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        names = zip(*(table.column(c).to_pylist() for c in ("source", "database", "table")),
-                    strict=True)  # fmt: skip
-        index = np.fromiter((self._task(t) for t in names), dtype=np.int64, count=table.num_rows)
+        # Each row's (source, database, table) as one number from the columns' dictionary
+        # codes; the task computed once per distinct triple (a Python lookup per row was
+        # 0.07 CPU-s per 300,000 rows).
+        combined = np.zeros(table.num_rows, dtype=np.int64)
+        names = []
+        for column in ("source", "database", "table"):
+            encoded = pc.dictionary_encode(table.column(column), null_encoding="encode")
+            encoded = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
+            words = encoded.dictionary.to_pylist()
+            combined = combined * max(len(words), 1) + encoded.indices.to_numpy()
+            names.append(words)
+        distinct, inverse = np.unique(combined, return_inverse=True)
+        tasks = []
+        for code in distinct.tolist():
+            triple = []
+            for words in reversed(names):
+                code, at = divmod(code, max(len(words), 1))
+                triple.append(words[at])
+            source, database, table_name = reversed(triple)
+            tasks.append(self._task((source, database, table_name)))
+        index = np.array(tasks, dtype=np.int64)[inverse]
         for task in np.unique(index).tolist():
             self._feed(task).put(table.filter(pa.array(index == task)))
 

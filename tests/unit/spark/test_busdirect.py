@@ -166,3 +166,39 @@ def test_which_pipelines_take_the_bus_driver_path(tmp_path: Path) -> None:
     assert bus_unsupported(config, sinks, options) == "FilterSpec runs as Spark SQL"
     off = parse_options({"path": "/x", "driverApplyMaxRows": "0"})
     assert bus_unsupported(config, sinks, off) == "driverApplyMaxRows is 0"
+
+
+def test_route_splits_rows_by_sparks_task_in_order() -> None:
+    """With ``tasks > 1`` each row goes to ``spark_task`` of its (source, database,
+    table), nulls and non-ASCII names included, each task's rows in their order."""
+    from headwater.pipeline.busdirect import _Route
+
+    class Sink:
+        def writer(self, batch_id: int) -> tuple[str, int, Any]:
+            return "table", 3, None
+
+    class Collect:
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def put(self, table: pa.Table) -> None:
+            got.setdefault(self.index, []).extend(table.column("sequence").to_pylist())
+
+    got: dict[int, list[int]] = {}
+    route = _Route(Sink(), 0, 10, "t")
+    route._feed = Collect  # type: ignore[method-assign,assignment]
+    rng = random.Random(4)
+    names = [("src", "db", f"t{i}") for i in range(7)]
+    names += [(None, "db", "x"), ("s2", None, "y"), ("s2", "é😀", "")]
+    rows = [rng.choice(names) for _ in range(3000)]
+    for start, piece in ((0, rows[:2000]), (2000, rows[2000:])):  # (codes are per piece)
+        route.put(pa.table({
+            "source": [s for s, _d, _t in piece], "database": [d for _s, d, _t in piece],
+            "table": [t for _s, _d, t in piece],
+            "sequence": list(range(start, start + len(piece))),
+        }))  # fmt: skip
+    want: dict[int, list[int]] = {}
+    for seq, triple in enumerate(rows):
+        want.setdefault(spark_task(*triple, 3), []).append(seq)
+    assert got == want
+    assert len(got) == 3
