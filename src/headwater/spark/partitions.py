@@ -335,12 +335,23 @@ class _Columns:
             sequence += np.arange(self.rows, dtype=np.int64)
             arrays["sequence"] = pa.array(sequence, type=pa.int64())
         # One value per run (zip: the runs' tuples as columns in one C loop); runs of one
-        # row each (one-row transactions) are the rows already.
+        # row each (one-row transactions) are the rows already. A column of one value
+        # for the whole batch (the source, a table's names, the binlog file, no sql) is
+        # that value repeated in Arrow, not converted from a Python object per run.
         runs = list(zip(*self.runs, strict=True)) if self.runs else [()] * len(_RUN_COLUMNS)
         one_each = len(self.runs) == self.rows
         for j, name in enumerate(_RUN_COLUMNS):
             if name in wanted:
-                values = pa.array(runs[j], type=schema.field(name).type)
+                column, kind = runs[j], schema.field(name).type
+                if column and column.count(column[0]) == len(column):
+                    first = column[0]
+                    arrays[name] = (
+                        pa.nulls(self.rows, kind)
+                        if first is None
+                        else pa.repeat(pa.scalar(first, kind), self.rows)
+                    )
+                    continue
+                values = pa.array(column, type=kind)
                 arrays[name] = values if one_each else values.take(which)
         return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
