@@ -441,3 +441,53 @@ def test_a_large_batch_is_streamed_in_bounded_memory(
     (batch,) = [b for b in bus.batches.values() if b.rows_out]
     assert batch.rows_out == 200_000 and bus.sent[max(bus.batches)] == 200_000
     assert 0 < peak[0] < 16 << 20, f"{peak[0] / 2**20:.1f} MiB"
+
+
+@pytest.mark.timeout(600)
+def test_a_writer_error_fails_the_driver_batch(
+    spark: SparkSession,
+    mariadb: MariadbSandbox,
+    db: str,
+    reader: tuple[Running, Path],  # noqa: F811
+    kafka_broker: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A bus that cannot be reached fails the batch sent from the driver as a failed
+    Spark job would: the query ends with the sink's error, Spark commits nothing for the
+    batch, and a run against the bus again sends it."""
+    from pyspark.errors import StreamingQueryException
+
+    from tests.integration.bus_support import free_port
+
+    running, task_dir = reader
+    _workload(mariadb, db, running, seed=3)
+    tag = f"fail{abs(hash(db)) % 10**6}"
+
+    def config(broker: str) -> Path:
+        sinks = (
+            f"  - type: kafka\n    bootstrap_servers: '{broker}'\n    timeout_s: 3\n"
+            f"    topic: '{tag}.{{database}}.{{table}}'\n    schema_topic: '{tag}.schema'\n"
+        )
+        return _config(tmp_path / f"{tag}.yaml", task_dir, tag, sinks, driver=True)
+
+    runner = _run(spark, config(kafka_broker))  # what the log holds, sent
+    committed = max(runner.writer.committed)
+    Workload(mariadb, db, seed=4, next_id=10**6).run(20)  # more, for a broker nobody is on
+    wait_caught_up(running.task, mariadb)
+    dead = f"127.0.0.1:{free_port()}"
+    runner = PipelineRunner(load_pipeline_config(config(dead)), spark=spark)
+    assert runner.writer.bus is not None
+    query = runner.start(available_now=True)
+    with pytest.raises(StreamingQueryException) as failed:  # foreachBatch raised
+        query.awaitTermination()
+    assert "Kafka" in str(failed.value) and not runner.writer.bus.batches
+    commits = tmp_path / f"ck_{tag}" / "commits"
+    assert max(int(p.name) for p in commits.iterdir() if p.name.isdigit()) == committed
+    # the bus back: the failed batch and the rest are sent, every change once
+    runner = _run(spark, config(kafka_broker))
+    assert runner.writer.bus is not None and min(runner.writer.bus.batches) == committed + 1
+    rows = _rows_in_log(spark, task_dir, db)
+    got = kafka_read(kafka_broker, [f"{tag}.{db}.orders", f"{tag}.{db}.items", f"{tag}.schema"],
+                     rows)  # fmt: skip
+    sequences = [_sequence(m.value()) for ms in got.values() for m in ms]
+    assert sorted(sequences) == sorted(set(sequences)) and len(sequences) == rows

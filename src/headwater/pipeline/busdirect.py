@@ -365,8 +365,10 @@ class BusDirect:
 
         t0 = time.monotonic()
         span = self.range_of(batch_id)
+        if span is None:
+            return None
         rows = _arrow_rows(spark)
-        if span is None or rows <= 0:  # (no row limit: Spark sends the task as one batch)
+        if rows <= 0:  # (no row limit: Spark hands the task its rows as one batch)
             return None
         begin, end = span
         routes = [_Route(s, batch_id, rows, type(s).__name__) for s in self.sinks]
