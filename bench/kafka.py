@@ -72,17 +72,18 @@ process; broker and source apart), the ratio the load moves least. Last line:
 10 warm-up batches; its ratios are not comparable with a full run's (the plain producer
 sends its 60 000 messages in about 0.1 s).
 
-Figures (2026-11-24, full runs, other sessions' work on the 2 cores, load beside them).
-Every batch a Spark job (the code before the bus driver path, and
-``--source-option driverApplyMaxRows=0`` after it): 0.19 at load 4.0-5.9 and 0.19 at
-4.2-7.8; the pipeline 2.1-3.9 s a round, 2.2-3.3 CPU-s (JVM 1.2-2.3 with its JIT 0.3-0.7,
-Python workers 0.6-1.0); the plain producer 0.4-0.8 s, 0.42-0.47 CPU-s. With the bus
-driver path (``headwater.pipeline.busdirect``): 0.32 at load 5.6-7.3 and 0.38 at
-5.4-7.7; the pipeline 1.3-1.7 s a round (one 4.75 s outlier), 1.3-1.5 CPU-s, 1.0-1.1 of it
-in this process (reader, decoding, formatting, producing), the JVM 0.25-0.46 (planning
-and the progress polls); by CPU 0.32-0.34 (4.6-4.7 us a message against 1.5). Every round
-has two batches or three: the idle stream's first trigger takes the first transaction
-alone (0.05-0.16 s), the next the rest.
+Figures (2026-11-24, full runs, other sessions' benchmarks on the 2 cores, the load beside
+them; the wall-clock ratio swings with the load, the CPU ratio much less). The bus driver
+path (``headwater.pipeline.busdirect``): 0.43 at load 6.0-7.3 and 0.35 at 4.6-5.9, by CPU
+0.42 and 0.39 (the pipeline 3.8-4.5 us a message: 1.1-1.4 CPU-s a round, 0.94-1.18 of it
+in this process (reader, decoding, formatting, producing), the JVM 0.12-0.40; the plain
+producer 1.6-1.7 us). Every batch a Spark job (``--source-option driverApplyMaxRows=0``):
+0.09 at load 6.3-7.5, by CPU 0.19 (8.5 us a message: 2.4-3.1 CPU-s a round, the JVM 1.4-2.2
+with its JIT 0.35-1.2, the Python workers 0.74-0.88). While a round's end was found by
+polling the query's ``lastProgress`` every 20 ms (0.1-0.3 CPU-s of the JVM a round): the
+driver path 0.27-0.38 (CPU 0.32-0.34), the Spark path 0.19-0.22 (CPU 0.20-0.21), at load
+4.0-7.8. Every round has two batches or three: the idle stream's first trigger takes
+what has been stored when it wakes (often the first transaction alone), the next the rest.
 """
 
 from __future__ import annotations
