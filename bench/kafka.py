@@ -92,6 +92,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -554,6 +555,7 @@ def main() -> None:
         help="key=value, more source options (driverApplyMaxRows=0: every batch a Spark job)",
     )  # fmt: skip
     ap.add_argument("--profile", type=Path, help="a directory: py-spy samples of each round")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--no-dataframe", action="store_true", help="leave the secondary figure out")
     ap.add_argument("--df-rows", type=int, default=None, help="secondary figure's rows (300 000)")
     args = ap.parse_args()
@@ -614,6 +616,8 @@ def main() -> None:
             f"source options={options} "
             f"load={os.getloadavg()[0]:.2f}"
         )
+        if args.keep:
+            print(f"work directory {work} (kept)")
         cpu0, t0 = pids.cpu(), time.perf_counter()
         bench.small_batches(warm_batches)
         cpu = pids.cpu() - cpu0
@@ -651,6 +655,8 @@ def main() -> None:
         source.stop()
         broker_proc.kill()
         broker_proc.wait()
+        if not args.keep:  # the change log and checkpoint of a full run: about 140 MB
+            shutil.rmtree(work, ignore_errors=True)
     pipeline_rate = statistics.median(k.rate for k in sides[0])
     plain_rate = statistics.median(p.rate for p in sides[1])
     print(f"pipeline: median {pipeline_rate:,.0f} msgs/s; plain producer {plain_rate:,.0f} msgs/s")
