@@ -106,7 +106,11 @@ TABLE = (
 
 
 #: Warm-up rounds, each on WARM_ROWS rows of another table: delete the previous round's
-#: rows, insert, update all, delete half (about 75 000 changes a round).
+#: rows, insert, update all, delete half (about 75 000 changes a round). The JIT
+#: compiler's CPU of each round is printed: it does not settle with more rounds (15
+#: rounds, 2026-11-24: 0.06-0.53 CPU-s in each of rounds 3-15, most 0.2-0.45, as in the
+#: timed rounds),
+#: so it is a cost of every micro-batch of a running service, not a cold JVM's.
 WARM_ROUNDS = 3
 WARM_ROWS = 30_000
 
@@ -481,6 +485,29 @@ def _procs() -> dict[int, tuple[int, str, float, float]]:
     return out
 
 
+def jit_cpu() -> float:
+    """CPU seconds so far of the live JIT compiler threads of this process's Spark JVM
+    (``C1 CompilerThread*``, ``C2 CompilerThread*``; a dynamic one that exited is not
+    counted, so this is a lower bound of a span's compilation)."""
+    procs = _procs()
+    me = os.getpid()
+    jvms = [pid for pid, (ppid, comm, _o, _c) in procs.items() if ppid == me and comm == "java"]
+    if not jvms:
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for task in os.listdir(f"/proc/{jvms[0]}/task"):
+        try:
+            with open(f"/proc/{jvms[0]}/task/{task}/stat", "rb") as f:
+                text = f.read().decode()
+        except OSError:
+            continue
+        if text[text.index("(") + 1 : text.rindex(")")].startswith(("C1 Compiler", "C2 Compiler")):
+            fields = text[text.rindex(")") + 2 :].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def spark_cpu() -> tuple[float, float]:
     """CPU seconds so far of this process's Spark JVM (its own threads) and of its Python
     workers (every process below the JVM, with the children they reaped)."""
@@ -635,7 +662,9 @@ def main() -> None:
         # has compiled its hot code, as in a service that has been running for a while.
         # A cold JVM spends seconds of CPU in its JIT compiler threads during the first
         # large batches (measured: 2.3 CPU-s of a 4 s run on two cores).
+        jit: list[float] = []
         for _ in range(WARM_ROUNDS):
+            jit0 = jit_cpu()
             source.execute(
                 "DELETE FROM bench.warm",
                 *(f"INSERT INTO bench.warm SELECT seq, seq FROM seq_{i + 1}_to_{i + 5000}"
@@ -646,6 +675,12 @@ def main() -> None:
             )  # fmt: skip
             want = source.query("SELECT COUNT(*), SUM(v) FROM bench.warm")[0]
             wait(partial(warm_applied, target, want), 300, "the warm-up rows", period=0.1)
+            jit.append(jit_cpu() - jit0)
+        print(
+            f"warm-up: {len(jit)} rounds, JIT compiler CPU-s per round "
+            + " ".join(f"{x:.2f}" for x in jit),
+            file=sys.stderr,
+        )
         query = runner.query
         assert query is not None
 
@@ -680,6 +715,7 @@ def main() -> None:
             log = open_log(parse_options({"path": str(tmp / "task")}), decoding=False)
             before = query.lastProgress["batchId"]
             cpu0 = spark_cpu()
+            jit0 = jit_cpu()
             t0 = time.perf_counter()
             task = reader_task = start_reader()
             wait(lambda: caught_up(reader_task, gtid), 300, "the reader")
@@ -692,6 +728,7 @@ def main() -> None:
             wait(lambda: applied_all(query, end_seq), 300, "the pipeline", period=0.02)
             hw_s = time.perf_counter() - t0
             jvm_s, py_s = (b - a for a, b in zip(cpu0, spark_cpu(), strict=True))
+            jit_s = jit_cpu() - jit0
             cpu.setdefault(table[:1], []).append((jvm_s / changes, py_s / changes))
             log.close()
             for p in query.recentProgress:
@@ -706,7 +743,8 @@ def main() -> None:
             print(
                 f"headwater {table}: {hw_s:.2f} s ({reader_s:.2f} s reader catch-up),"
                 f" {changes / hw_s:,.0f} rows/s; Spark JVM {jvm_s:.2f} CPU-s"
-                f" ({jvm_s / changes * 1e6:.1f} us/change), Python workers {py_s:.2f} CPU-s"
+                f" ({jvm_s / changes * 1e6:.1f} us/change; JIT {jit_s:.2f}), Python workers"
+                f" {py_s:.2f} CPU-s"
                 f" ({py_s / changes * 1e6:.1f} us/change)"
             )
             return hw_s
