@@ -26,6 +26,14 @@
  * ``validity`` is an Arrow validity bitmap (None: no nulls), bit ``offset + i`` for row
  * ``i``; every buffer supports the buffer protocol (pyarrow.Buffer). The caller keeps the
  * arrays alive and checks their lengths (arrow.py builds the pieces from the batch).
+ *
+ * The GIL is released while the rows are joined: the pieces are parsed first (buffer
+ * views held, a group's texts as a tuple of its bytes, so another thread changing the
+ * caller's list frees nothing under the join), every row is then written into one buffer
+ * with its end offset, touching raw memory only (PyMem_Raw*), and the bytes objects are
+ * made from that buffer with the GIL again. The bus sinks' driver path joins in a writer
+ * thread while the main thread decodes the next batch: with the GIL held, the join (and
+ * the grouping around it) ran on one core at a time with the decoding.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -38,7 +46,9 @@ typedef struct {
     int kind;
     const char *text; /* P_CONST */
     Py_ssize_t text_len;
-    PyObject *texts; /* P_GROUP: list of bytes */
+    PyObject *texts; /* P_GROUP: a tuple of the caller's bytes (held) */
+    const char **group_text;
+    Py_ssize_t *group_len, ngroups;
     const int32_t *indices;
     const uint8_t *valid;
     const void *values; /* P_INT: int64; P_STR: offsets */
@@ -49,27 +59,31 @@ typedef struct {
     int nviews;
 } Piece;
 
+/* The join's failures, raised once the GIL is held again. */
+enum { E_OK = 0, E_MEMORY = -1, E_GROUP = -2, E_NODATA = -3 };
+
 typedef struct {
     char *p;
     Py_ssize_t len, cap;
 } Buf;
 
+/* Raw memory only: called without the GIL. */
 static int reserve(Buf *b, Py_ssize_t need) {
     if (b->cap - b->len >= need) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 1024;
-    while (cap - b->len < need) cap *= 2;
-    char *p = PyMem_Realloc(b->p, (size_t)cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
+    while (cap - b->len < need) {
+        if (cap > PY_SSIZE_T_MAX / 2) return E_MEMORY;
+        cap *= 2;
     }
+    char *p = PyMem_RawRealloc(b->p, (size_t)cap);
+    if (p == NULL) return E_MEMORY;
     b->p = p;
     b->cap = cap;
     return 0;
 }
 
 static int put(Buf *b, const char *s, Py_ssize_t n) {
-    if (reserve(b, n) < 0) return -1;
+    if (reserve(b, n) < 0) return E_MEMORY;
     memcpy(b->p + b->len, s, (size_t)n);
     b->len += n;
     return 0;
@@ -91,7 +105,7 @@ static const char HEX[] = "0123456789abcdef";
 
 static int put_json_string(Buf *b, const uint8_t *s, Py_ssize_t n) {
     /* at most 6 bytes out per byte in, and the quotes */
-    if (reserve(b, n * 6 + 2) < 0) return -1;
+    if (reserve(b, n * 6 + 2) < 0) return E_MEMORY;
     char *o = b->p + b->len;
     *o++ = '"';
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -167,7 +181,20 @@ static int parse(Piece *p, PyObject *item) {
                 PyErr_SetString(PyExc_TypeError, "group texts: a list of bytes");
                 return -1;
             }
-        p->texts = texts;
+        p->texts = PySequence_Tuple(texts);
+        if (p->texts == NULL) return -1;
+        p->ngroups = PyTuple_GET_SIZE(p->texts);
+        p->group_text = PyMem_Calloc((size_t)p->ngroups, sizeof(char *));
+        p->group_len = PyMem_Calloc((size_t)p->ngroups, sizeof(Py_ssize_t));
+        if (p->group_text == NULL || p->group_len == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < p->ngroups; i++) {
+            PyObject *t = PyTuple_GET_ITEM(p->texts, i);
+            p->group_text[i] = PyBytes_AS_STRING(t);
+            p->group_len[i] = PyBytes_GET_SIZE(t);
+        }
         if (view(p, PyTuple_GET_ITEM(item, 2), &ptr) < 0) return -1;
         p->indices = ptr;
         p->offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 3));
@@ -199,18 +226,22 @@ static int parse(Piece *p, PyObject *item) {
     return 0;
 }
 
+static void release(Piece *p) {
+    for (int j = 0; j < p->nviews; j++) PyBuffer_Release(&p->views[j]);
+    Py_CLEAR(p->texts);
+    PyMem_Free(p->group_text);
+    PyMem_Free(p->group_len);
+}
+
+/* One row's piece; without the GIL (raw buffers and the held group texts only). */
 static int put_piece(Buf *b, const Piece *p, Py_ssize_t i) {
     switch (p->kind) {
     case P_CONST:
         return put(b, p->text, p->text_len);
     case P_GROUP: {
         Py_ssize_t g = p->indices ? p->indices[p->offset + i] : 0;
-        if (g < 0 || g >= PyList_GET_SIZE(p->texts)) {
-            PyErr_SetString(PyExc_IndexError, "group index out of range");
-            return -1;
-        }
-        PyObject *t = PyList_GET_ITEM(p->texts, g);
-        return put(b, PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t));
+        if (g < 0 || g >= p->ngroups) return E_GROUP;
+        return put(b, p->group_text[g], p->group_len[g]);
     }
     case P_INT:
         if (!is_valid(p, i)) return put(b, "null", 4);
@@ -227,24 +258,39 @@ static int put_piece(Buf *b, const Piece *p, Py_ssize_t i) {
             end = ((const int32_t *)p->values)[j + 1];
         }
         if (end == start) return p->mode ? put(b, "\"\"", 2) : 0;
-        if (p->data == NULL || end < start) {
-            PyErr_SetString(PyExc_ValueError, "string column without data");
-            return -1;
-        }
+        if (p->data == NULL || end < start) return E_NODATA;
         if (p->mode) return put_json_string(b, p->data + start, (Py_ssize_t)(end - start));
         return put(b, (const char *)p->data + start, (Py_ssize_t)(end - start));
     }
     }
 }
 
+/* Every row into ``b``, row i's value ending at ``ends[i]``; without the GIL. */
+static int join_rows(Buf *b, Py_ssize_t *ends, const Piece *pieces, Py_ssize_t np,
+                     Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t k = 0; k < np; k++) {
+            int rc = put_piece(b, &pieces[k], i);
+            if (rc < 0) return rc;
+        }
+        ends[i] = b->len;
+    }
+    return E_OK;
+}
+
 static PyObject *join(PyObject *self, PyObject *args) {
     Py_ssize_t n;
     PyObject *seq;
     if (!PyArg_ParseTuple(args, "nO", &n, &seq)) return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "a negative number of rows");
+        return NULL;
+    }
     PyObject *fast = PySequence_Fast(seq, "pieces must be a sequence");
     if (fast == NULL) return NULL;
     Py_ssize_t np = PySequence_Fast_GET_SIZE(fast);
     Piece *pieces = PyMem_Calloc((size_t)(np ? np : 1), sizeof(Piece));
+    Py_ssize_t *ends = NULL;
     PyObject *out = NULL;
     Buf b = {NULL, 0, 0};
     Py_ssize_t parsed = 0;
@@ -257,16 +303,31 @@ static PyObject *join(PyObject *self, PyObject *args) {
             parsed++; /* release what it took */
             goto done;
         }
+    ends = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    if (ends == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = join_rows(&b, ends, pieces, np, n);
+    Py_END_ALLOW_THREADS
+    if (rc == E_MEMORY) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (rc == E_GROUP) {
+        PyErr_SetString(PyExc_IndexError, "group index out of range");
+        goto done;
+    }
+    if (rc == E_NODATA) {
+        PyErr_SetString(PyExc_ValueError, "string column without data");
+        goto done;
+    }
     out = PyList_New(n);
     if (out == NULL) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        b.len = 0;
-        for (Py_ssize_t k = 0; k < np; k++)
-            if (put_piece(&b, &pieces[k], i) < 0) {
-                Py_CLEAR(out);
-                goto done;
-            }
-        PyObject *v = PyBytes_FromStringAndSize(b.p ? b.p : "", b.len);
+    for (Py_ssize_t i = 0, at = 0; i < n; at = ends[i], i++) {
+        PyObject *v = PyBytes_FromStringAndSize(b.p ? b.p + at : "", ends[i] - at);
         if (v == NULL) {
             Py_CLEAR(out);
             goto done;
@@ -275,11 +336,11 @@ static PyObject *join(PyObject *self, PyObject *args) {
     }
 done:
     if (pieces != NULL) {
-        for (Py_ssize_t k = 0; k < parsed; k++)
-            for (int j = 0; j < pieces[k].nviews; j++) PyBuffer_Release(&pieces[k].views[j]);
+        for (Py_ssize_t k = 0; k < parsed; k++) release(&pieces[k]);
         PyMem_Free(pieces);
     }
-    PyMem_Free(b.p);
+    PyMem_RawFree(ends);
+    PyMem_RawFree(b.p);
     Py_DECREF(fast);
     return out;
 }

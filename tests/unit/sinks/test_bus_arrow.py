@@ -203,3 +203,37 @@ def test_change_rows_without_commit_ts_take_the_column_path_with_the_same_messag
     records = batch_records(plain, BusOptions())
     assert records is not None
     assert records.values == [m.value for m in bus_messages(plain.to_pylist(), BusOptions())]
+
+
+def test_the_c_join_lets_another_thread_run_while_it_joins() -> None:
+    """:func:`headwater._native._busjoin.join` releases the GIL while it writes the rows
+    (the driver path decodes the next batch meanwhile). With forced thread switches off
+    (a switch interval of 1000 s) the other thread, woken before the call, can take the
+    GIL only if the join gives it up: holding it, the join would return before that
+    thread ran a line. The values are still every row's, the group texts of each row."""
+    import sys
+    import threading
+
+    from headwater._native._busjoin import join
+
+    n = 1_000_000
+    numbers = pa.array(range(n), pa.int64())
+    groups = pa.array([i % 3 for i in range(n)], pa.int32())
+    texts = [b'{"g":0,"n":', b'{"g":1,"n":', b'{"g":2,"n":']
+    pieces = [(0, texts, groups.buffers()[1], 0), (1, None, numbers.buffers()[1], 0), b"}"]
+    go, ran = threading.Event(), []
+    other = threading.Thread(target=lambda: (go.wait(), ran.append(True)))
+    other.start()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000)
+    try:
+        go.set()  # the other thread now waits for the GIL, which this one holds
+        values = join(n, pieces)
+        ran_during_join = bool(ran)
+    finally:
+        sys.setswitchinterval(interval)
+        other.join()
+    assert ran_during_join
+    assert len(values) == n
+    assert values[0] == b'{"g":0,"n":0}' and values[-1] == b'{"g":0,"n":999999}'
+    assert values[500_002] == b'{"g":1,"n":500002}'
