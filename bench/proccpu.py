@@ -1,7 +1,7 @@
 """CPU seconds of a bench's processes, from /proc (proc(5)), for figures that the load of
 a shared 2-core machine sways less than wall time: this process (every thread), the Spark
-JVM it started (its JIT compiler threads apart), that JVM's Python workers, and two
-processes named by pid (bench/kafka.py: the broker and the source MariaDB).
+JVM it started (its JIT compiler threads apart), that JVM's Python workers, and processes
+named by pid (bench/kafka.py: the broker, the source MariaDB and the reader process).
 """
 
 from __future__ import annotations
@@ -51,9 +51,11 @@ def compiler_seconds(pid: int) -> float:
 
 @dataclass(frozen=True)
 class Cpu:
-    """CPU seconds of the run's parts: this process (reader task, pipeline driver, plain
-    producer), the Spark JVM (``jit``: its compiler threads, part of ``jvm``), its Python
-    workers, the broker, the source MariaDB. A snapshot, or the difference of two."""
+    """CPU seconds of the run's parts: this process (pipeline driver, plain producer), the
+    Spark JVM (``jit``: its compiler threads, part of ``jvm``), its Python workers, the
+    broker, the source MariaDB and the reader process (part of the pipeline, as the reader
+    task was while it ran in a thread of this process). A snapshot, or the difference of
+    two."""
 
     driver: float = 0.0
     jvm: float = 0.0
@@ -61,13 +63,14 @@ class Cpu:
     workers: float = 0.0
     broker: float = 0.0
     source: float = 0.0
+    reader: float = 0.0
 
     def __sub__(self, other: Cpu) -> Cpu:
         return Cpu(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
 
     @property
     def pipeline(self) -> float:
-        return self.driver + self.jvm + self.workers
+        return self.driver + self.jvm + self.workers + self.reader
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,15 @@ class Snapshot:
         return replace(self.cpu - other.cpu, workers=w)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Pids:
-    """The processes whose CPU is counted apart from this one's."""
+    """The processes whose CPU is counted apart from this one's. ``reader`` changes from
+    round to round (a process a round): two snapshots count the reader's CPU only if
+    they saw the same process."""
 
     broker: int
     source: int
+    reader: int | None = None
 
     def cpu(self) -> Snapshot:
         """A snapshot of every part's CPU: the JVM is this process's ``java`` child, its
@@ -118,6 +124,6 @@ class Pids:
                 workers[pid] = _seconds(procs[pid][2], 11) + _seconds(procs[pid][2], 13)
         cpu = Cpu(
             _seconds(procs[me][2], 11), jvm_s, jit, 0.0, own_cpu(self.broker),
-            own_cpu(self.source),
+            own_cpu(self.source), 0.0 if self.reader is None else own_cpu(self.reader),
         )  # fmt: skip
         return Snapshot(cpu, workers)
