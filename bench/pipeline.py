@@ -535,7 +535,7 @@ def stored_through(log: Any, gtid_pos: str) -> int | None:
     """The log's end seq once its last acknowledged record is the transaction of
     ``gtid_pos`` (the source's one-domain ``@@gtid_binlog_pos``), else None."""
     end = log.end()[0]
-    if end == 0:
+    if end <= 1:  # (seqs start at 1: an empty log's end is 1, and it holds no seq 0)
         return None
     last = next(iter(log.records(end - 1, end)), None)
     return end if last is not None and last.gtid == gtid_pos else None
