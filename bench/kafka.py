@@ -81,8 +81,24 @@ process; broker and source apart), the ratio the load moves least. Last line:
 10 warm-up batches; its ratios are not comparable with a full run's (the plain producer
 sends its 60 000 messages in about 0.1 s).
 
-Figures (2026-11-24, full runs, other sessions' benchmarks on the 2 cores, the load beside
-them; the wall-clock ratio swings with the load, the CPU ratio much less). The bus driver
+Figures with the reader in its own process and the C join without the GIL (2026-11-24,
+``--no-dataframe`` runs alternating with the same bench on the join that held the GIL, the
+load beside them): 0.36 and 0.40 (pipeline rounds 0.77-0.84 s, 1.02-1.12 CPU-s: the reader
+process 0.06-0.07, this process 0.78-0.83, the JVM 0.14-0.22; plain producer 0.26-0.33 s,
+0.42-0.50 CPU-s) at load 0.9-1.8, against 0.32 and 0.29 with the join holding the GIL
+(pipeline 0.91-1.04 s, 1.11-1.22 CPU-s) at load 1.2-2.1; a full run 0.39 at load 2.3-3.4
+(pipeline 0.78-0.92 s). ``--compression none``: 0.50 (pipeline 0.87-0.95 s, plain
+0.40-0.47 s, load 1.2-1.5), with the join holding the GIL 0.45 (pipeline 0.88-1.04 s, plain
+0.43-0.47 s, load 0.8-1.0). The bench before this change (the
+reader a thread of this process, ``state_interval`` 0.05 s; same day): 0.38 at load
+2.6-3.5 and 0.29 at load 3.4-3.8 (pipeline 1.29-1.60 s, 1.09-1.41 CPU-s), ``--compression
+none`` 0.62 at load 4.1-4.8 (pipeline 1.32-1.68 s; plain 0.62-1.06 s that run). The
+pipeline is bound by the GIL of its driver process: decoding (``read_slice``: the
+images rendered to JSON from Python row tuples, row decoding, the store's spans and
+CRCs) holds it for most of its thread's time, and ``produce`` holds it in the writer.
+
+Earlier figures (2026-11-24, full runs, other sessions' benchmarks on the 2 cores, the load
+beside them; the wall-clock ratio swings with the load, the CPU ratio much less). The bus driver
 path (``headwater.pipeline.busdirect``): 0.43 at load 6.0-7.3 and 0.35 at 4.6-5.9, by CPU
 0.42 and 0.39 (the pipeline 3.8-4.5 us a message: 1.1-1.4 CPU-s a round, 0.94-1.18 of it
 in this process (reader, decoding, formatting, producing), the JVM 0.12-0.40; the plain
