@@ -425,11 +425,11 @@ class PipelineBench:
 
         def stored() -> bool:
             self.reader.check()
-            return _stored(log, gtid) is not None
+            return stored_through(log, gtid) is not None
 
         wait(stored, 300, "the reader's log")
         at = time.perf_counter()
-        end_seq = _stored(log, gtid)
+        end_seq = stored_through(log, gtid)
         assert end_seq is not None
         wait(lambda: self.sent_through(end_seq), 300, "the pipeline", period=0.01)
         return at
@@ -501,14 +501,6 @@ class PipelineBench:
         messages = check_round(read, self.source, table, inserts, updates)
         plain = [(f"plain.{table}", v, k) for k, v in messages]
         return Round(len(messages), seconds, cpu, stored - t0), plain
-
-
-def _stored(log: Any, gtid: str) -> int | None:
-    """``stored_through`` of ``bench/pipeline.py``, None while the log is empty: seqs
-    start at 1, so an empty log's end is 1, where that function would read seq 0 and
-    fail (PositionNotRetainedError, when the first warm-up transaction's GTID reached
-    the reader before its record reached the log)."""
-    return None if log.end()[0] <= 1 else stored_through(log, gtid)
 
 
 def _seq(offset: Any) -> int:
