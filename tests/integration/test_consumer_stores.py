@@ -68,6 +68,43 @@ def test_claim_many_equals_claim_of_each_shard_and_fences_the_old_epoch(
     assert state.epochs == {0: 1, 1: 2, 2: 2, 3: 2}
 
 
+@pytest.mark.parametrize("server", ["mariadb", "postgresql"])
+def test_sql_checkpoint_never_moves_back(request: pytest.FixtureRequest, server: str) -> None:
+    """A save of an older ack after a handler committed a newer checkpoint (the
+    consumer's flusher racing the handler's transaction) leaves the newer one."""
+    if server == "mariadb":
+        mariadb: MariadbSandbox = request.getfixturevalue("mariadb")
+        db: str = request.getfixturevalue("db")
+        connect = lambda: mariadb.connect(db)  # noqa: E731
+    else:
+        import psycopg
+
+        params: dict[str, Any] = request.getfixturevalue("postgres")
+        dsn = " ".join(f"{k}={v}" for k, v in params.items())
+        connect = lambda: psycopg.connect(dsn)  # noqa: E731
+    sql = SqlStore(connect)
+    try:
+        sql.create("back", 2, 100)
+        epoch, _next = sql.claim("back", 1, None)
+        conn = connect()
+        try:  # the handler's transaction
+            with conn.cursor() as cur:
+                SqlStore.save_in(cur, "back", 1, 900, epoch)
+            conn.commit()
+        finally:
+            conn.close()
+        sql.save("back", 1, 400, epoch)  # the flusher's older ack, written after it
+        sql.save("back", 0, 300, sql.claim("back", 0, None)[0])
+        state = sql.load("back")
+        assert state is not None and state.next == {0: 300, 1: 900}
+        sql.save("back", 1, 950, epoch)
+        assert sql.claim("back", 1, None) == (epoch + 1, 950)
+        with pytest.raises(FencedError):
+            sql.save("back", 1, 960, epoch)
+    finally:
+        sql.close()
+
+
 def test_a_group_loop_that_fails_hands_the_error_to_on_error_and_ends(
     zookeeper: str,  # noqa: F811
 ) -> None:

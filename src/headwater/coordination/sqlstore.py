@@ -215,10 +215,17 @@ class SqlStore:
 
     @staticmethod
     def save_in(cur: Any, group: str, shard: int, next_sequence: int, epoch: int) -> None:
-        """The checkpoint write on the caller's cursor, inside the caller's transaction."""
+        """The checkpoint write on the caller's cursor, inside the caller's transaction.
+
+        The checkpoint never moves back (``GREATEST``, in MySQL, MariaDB and PostgreSQL):
+        an owner has two writers of it, the handler's transactions
+        (``Batch.commit_checkpoint``) and the consumer's flusher, whose save of an ack
+        it read before a handler's commit may reach the row after that commit; written
+        as given, it moved the checkpoint back under the committed batch, and the
+        shard's next owner applied that batch again (the group test, once under load)."""
         cur.execute(
-            f"UPDATE {SHARDS} SET next_sequence = %s, version = version + 1 "
-            "WHERE group_name = %s AND shard = %s AND epoch = %s",
+            f"UPDATE {SHARDS} SET next_sequence = GREATEST(next_sequence, %s), "
+            "version = version + 1 WHERE group_name = %s AND shard = %s AND epoch = %s",
             (next_sequence, group, shard, epoch),
         )
         if cur.rowcount != 1:
