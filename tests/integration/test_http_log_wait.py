@@ -59,6 +59,8 @@ def _counted(log: HttpLog) -> list[str]:
 
 
 def _landed(log: HttpLog, n: int) -> int:
+    """The log's end once it is at least ``n``. The end is one past the last seq and
+    seqs start at 1, so an empty log's end is already 1: the first record is ``n = 2``."""
     deadline = time.monotonic() + 60
     while (end := log.end()[0]) < n:
         assert time.monotonic() < deadline, f"the reader stored {end} records, not {n}"
@@ -83,7 +85,7 @@ def test_an_idle_wait_is_one_long_poll_and_a_landing_record_ends_it(
     mariadb.execute(f"INSERT INTO `{db}`.t VALUES (1, 1)")
     log = HttpLog(SourceOptions(task="live", server=url), decoding=False)
     try:
-        end = _landed(log, 1)
+        end = _landed(log, 2)  # the first insert's record
         paths = _counted(log)
         started = time.monotonic()
         log.wait_past(end, 1.0)  # nothing lands: the whole wait, in one fetch
@@ -113,7 +115,7 @@ def test_a_server_refusing_long_polls_is_polled(
         mariadb.execute(f"INSERT INTO `{db}`.t VALUES (1, 1)")
         log = HttpLog(SourceOptions(task="live", server=service.server.url), decoding=False)
         try:
-            end = _landed(log, 1)
+            end = _landed(log, 2)  # the first insert's record
             paths = _counted(log)
             log.wait_past(end, 1.0)  # refused (max_wait 0): one poll step instead
             assert paths == ["/v1/subscribe", "/v1/fetch"]
