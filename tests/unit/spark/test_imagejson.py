@@ -160,8 +160,26 @@ def test_the_module_is_wired_in() -> None:
 def test_c_images_equal_the_python_images(case: tuple[ChangeBlock, int, int]) -> None:
     block, lo, hi = case
     python = outcome(_images_python, block, lo, hi)
-    assert outcome(_images, block, lo, hi) == python
-    assert outcome_builder(block, lo, hi) == python
+    assert refused_alike(outcome(_images, block, lo, hi), python)
+    assert refused_alike(outcome_builder(block, lo, hi), python)
+
+
+#: What a row image is refused with: an integer beyond 64 bits (TypeError, orjson's), a
+#: lone surrogate (UnicodeEncodeError).
+REFUSALS = (TypeError, UnicodeEncodeError)
+
+
+def refused_alike(c: Any, python: Any) -> bool:
+    """The same outcome: equal values, or both refused. A row with two bad values is
+    refused by both paths, but which value names the error depends on the order they
+    look: the Python path escapes every string of an image before orjson checks its
+    integers, C renders column by column (a row of a too-large integer and then a lone
+    surrogate: TypeError from C, UnicodeEncodeError from Python; Hypothesis found it in
+    CI). One bad value gives the same error type on both (the single-value test)."""
+    if c == python:
+        return True
+    return all(o[1] is None and isinstance(o[0], type) and issubclass(o[0], REFUSALS)
+               for o in (c, python))  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
