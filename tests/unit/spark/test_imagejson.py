@@ -189,7 +189,7 @@ def test_c_images_of_ordinary_blocks_succeed(case: tuple[ChangeBlock, int, int])
     # orjson does (integers beyond 64 bits, sNaN compared in a key).
     block, lo, hi = case
     c = outcome(_images, block, lo, hi)
-    assert c == outcome(_images_python, block, lo, hi)
+    assert refused_alike(c, outcome(_images_python, block, lo, hi))
     if c[0] == "ok":
         assert len(c[1][0]) == 1 + hi - lo
         assert all(len(col) == len(c[1][0]) - 1 + (i % 2 == 0) for i, col in enumerate(c[1]))
