@@ -5,6 +5,16 @@ free loopback port with the binary log on (ROW format by default), waits until i
 connections, and stops it (SIGTERM, then SIGKILL) and removes the datadir on ``stop()``.
 Nothing here reads the machine's own MariaDB configuration (``--no-defaults``).
 
+A sandbox does not outlive the process that started it: ``mariadbd`` runs in a session of
+its own (so a test's Ctrl-C or a killed process group does not take it down mid-test), so
+when its owner died without ``stop()`` (a benchmark or test run killed with SIGKILL, a
+timeout) it used to run on, holding its port, memory and temporary directory. A watchdog
+process (:data:`_WATCHDOG`: a few lines of Python, no imports beyond ``os`` and
+``select``) waits on a pidfd of the owner, without polling, and on its exit SIGKILLs the
+server's process group and removes the sandbox's directory.
+``stop()`` and ``kill()`` end the watchdog first; :meth:`MariadbSandbox.release` ends it
+and leaves the server running (``headwater demo --keep``).
+
 The binlog settings a test varies per session or per test (``binlog_row_image``,
 ``binlog_row_metadata``, ``binlog_checksum``) are dynamic in MariaDB 10.11, so one server
 serves them all; :meth:`MariadbSandbox.binlog_settings` sets and restores them.
@@ -19,6 +29,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,6 +40,28 @@ from typing import Any
 import pymysql
 
 __all__ = ["MariadbSandbox", "SandboxOptions", "free_port"]
+
+#: The watchdog's program (module docstring): argv is the owner's pid, the server's process
+#: group, and the directory to remove. It exits at once if the owner is
+#: already gone after killing the server, and quietly when it is itself terminated.
+_WATCHDOG = """
+import os, select, shutil, signal, sys
+owner, group, directory = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+try:
+    fd = os.pidfd_open(owner)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while not poller.poll():
+        pass
+except ProcessLookupError:
+    pass
+try:
+    os.killpg(group, signal.SIGKILL)
+except ProcessLookupError:
+    pass
+shutil.rmtree(directory, ignore_errors=True)
+"""
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +121,7 @@ class MariadbSandbox:
         self.port = 0
         self.host = "127.0.0.1"
         self._proc: subprocess.Popen[bytes] | None = None
+        self._watch: subprocess.Popen[bytes] | None = None
         self._args: list[str] = []
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -162,6 +196,7 @@ class MariadbSandbox:
             self._proc = subprocess.Popen(
                 args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
             )
+            self._arm()
             try:
                 self._wait_ready(o.start_timeout)
                 return self
@@ -186,8 +221,32 @@ class MariadbSandbox:
                     raise TimeoutError(f"mariadbd not ready after {timeout} s") from None
                 time.sleep(0.05)
 
+    def _arm(self) -> None:
+        """Start the watchdog of the current server process (module docstring)."""
+        self._disarm()
+        assert self._proc is not None
+        self._watch = subprocess.Popen(
+            [sys.executable, "-S", "-c", _WATCHDOG, str(os.getpid()), str(self._proc.pid),
+             str(self.dir)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+
+    def _disarm(self) -> None:
+        if self._watch is not None:
+            if self._watch.poll() is None:
+                self._watch.terminate()
+            self._watch.wait(timeout=30)
+            self._watch = None
+
+    def release(self) -> None:
+        """Leave the server running after this process ends (no watchdog): stop it with
+        ``kill $(cat <dir>/mysqld.pid)``."""
+        self._disarm()
+
     def stop(self, *, remove: bool = True) -> None:
         """Stop the server (clean shutdown, SIGKILL after 30 s) and remove its directory."""
+        self._disarm()
         if self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGTERM)
             try:
@@ -209,9 +268,11 @@ class MariadbSandbox:
         self._proc = subprocess.Popen(
             self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
+        self._arm()
         self._wait_ready(self.options.start_timeout)
 
     def _kill(self) -> None:
+        self._disarm()
         if self._proc is not None and self._proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._proc.pid, signal.SIGKILL)

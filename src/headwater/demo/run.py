@@ -75,6 +75,7 @@ def run_demo(options: DemoOptions, out: TextIO, err: TextIO) -> int:
         if options.keep:
             out.write(f"demo: kept {workdir}\n")
             for s in servers:
+                s.release()
                 out.write(f"demo: still running: {s.url} (stop: kill $(cat {s.dir}/mysqld.pid))\n")
         else:
             for s in servers:
