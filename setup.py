@@ -18,6 +18,8 @@ setup(
         Extension(
             "headwater._native._imagejson",
             sources=["src/headwater/_native/imagejson.c"],
+            # rowjson.c is #included by imagejson.c (render_raw: the images from bytes)
+            depends=["src/headwater/_native/rowjson.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
         Extension(

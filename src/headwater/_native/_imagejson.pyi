@@ -40,3 +40,39 @@ def render_block(
     (orjson with json_default; the same after _escape_surrogates). Returns False, having
     appended nothing, when the names are not distinct (left to the Python path); on an
     error the columns are left as they were."""
+
+#: the column kind names (``headwater.binlog._columns.native_spec``) render_raw writes
+RAW_KINDS: frozenset[str]
+
+class RowShape:
+    """The column kinds of one row image rendered from bytes: ``specs`` holds one
+    ``(kind name, a, b, obj)`` per present column (``native_spec``'s, kinds in
+    :data:`RAW_KINDS`; ValueError otherwise)."""
+
+    columns: int
+    def __init__(self, specs: tuple[tuple[str, int, int, object], ...], /) -> None: ...
+
+def render_raw(
+    op: str,
+    before: RowShape | None,
+    after: RowShape | None,
+    body: bytes,
+    pos: int,
+    end: int,
+    lo: int,
+    hi: int,
+    before_names: list[str],
+    after_names: list[str],
+    picks: _Picks | None,
+    old_picks: _Picks | None,
+    out: tuple[list[str | None], list[str | None], list[str | None], list[str | None]]
+    | JsonColumns,
+    /,
+) -> bool:
+    """Append to ``out`` the JSON images of rows ``[lo, hi)`` of the rows in
+    ``body[pos:end]`` (a rows event's row images: ``before`` and ``after`` for updates,
+    ``after`` for inserts, ``before`` for deletes), the text :func:`render_block` appends
+    for the values ``headwater._native._rowimage`` decodes from those bytes. Returns
+    False, having appended nothing, wherever that text could differ or the bytes do not
+    frame (see rowjson.c): the caller then decodes the rows. Only a :class:`JsonColumns`
+    is written (lists: False)."""

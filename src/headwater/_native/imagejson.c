@@ -37,6 +37,11 @@
  * names through printable_name, each value as ``orjson.dumps(_escape_surrogates(v),
  * default=json_default)`` (the second callback) unless it is one of the native types
  * above. An error in escaped mode propagates, as it does from render_json.
+ *
+ * ``render_raw`` (rowjson.c, included below: one translation unit) writes the same text
+ * straight from a rows event's bytes for the column kinds it covers, without the decoded
+ * value tuples, and declines (the caller decodes and calls render_block) where it could
+ * differ.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -863,6 +868,10 @@ static PyObject *render_block(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_TRUE;
 }
 
+/* ---- images straight from a rows event's bytes (render_raw) ---------------------------- */
+
+#include "rowjson.c"
+
 /* ---- JsonColumns ------------------------------------------------------------------------ */
 
 static void JsonColumns_dealloc(JsonColumns *self) {
@@ -963,6 +972,8 @@ static PyTypeObject JsonColumnsType = {
 static PyMethodDef module_methods[] = {
     {"render_block", (PyCFunction)(void (*)(void))render_block, METH_FASTCALL,
      "Append the JSON images of rows [lo, hi) of a rows block (see _imagejson.pyi)."},
+    {"render_raw", (PyCFunction)(void (*)(void))render_raw, METH_FASTCALL,
+     "Append the JSON images of rows [lo, hi) of a rows event's bytes (see _imagejson.pyi)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -980,9 +991,19 @@ PyMODINIT_FUNC PyInit__imagejson(void) {
     decimal_type = PyObject_GetAttrString(decimal, "Decimal");
     Py_DECREF(decimal);
     if (decimal_type == NULL) return NULL;
-    if (PyType_Ready(&JsonColumnsType) < 0) return NULL;
+    if (PyType_Ready(&JsonColumnsType) < 0 || PyType_Ready(&RowShapeType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
-    if (m != NULL && PyModule_AddObjectRef(m, "JsonColumns", (PyObject *)&JsonColumnsType) < 0)
-        Py_CLEAR(m);
+    if (m == NULL) return NULL;
+    PyObject *kinds = PyFrozenSet_New(NULL);
+    for (int k = 1; kinds != NULL && k < R_MAX; k++) {
+        PyObject *name = PyUnicode_FromString(RAW_KIND_NAMES[k]);
+        if (name == NULL || PySet_Add(kinds, name) < 0) Py_CLEAR(kinds);
+        Py_XDECREF(name);
+    }
+    int bad = kinds == NULL || PyModule_AddObjectRef(m, "RAW_KINDS", kinds) < 0 ||
+              PyModule_AddObjectRef(m, "JsonColumns", (PyObject *)&JsonColumnsType) < 0 ||
+              PyModule_AddObjectRef(m, "RowShape", (PyObject *)&RowShapeType) < 0;
+    Py_XDECREF(kinds);
+    if (bad) Py_CLEAR(m);
     return m;
 }

@@ -105,6 +105,10 @@ try:
     from headwater._native import _rowimage
 except ImportError:  # built without the C extension: the generated Python code only
     _rowimage = None  # type: ignore[assignment]
+try:
+    from headwater._native import _imagejson
+except ImportError:  # built without it: images are always decoded to values first
+    _imagejson = None  # type: ignore[assignment]
 
 __all__ = ["ColumnDef", "PartialJson", "RowDecoder", "decimal_size", "row_decoder_for"]
 
@@ -327,6 +331,7 @@ class RowDecoder:
             tuple(native_spec(c) for c in self.plan) if use else None
         )
         self._natives: dict[tuple[int, ...], Any] = {}
+        self._shapes: dict[tuple[int, ...], Any] = {}
 
     def _native(self, present: tuple[int, ...]) -> Any:
         """The compiled image of ``present`` (a ``_rowimage.Image``), or None."""
@@ -344,6 +349,34 @@ class RowDecoder:
             )
         self._natives[present] = image
         return image
+
+    def json_shape(self, present: Sequence[int]) -> Any:
+        """The ``_imagejson.RowShape`` of the image of ``present`` (its JSON text written
+        straight from the event's bytes, ``render_raw``), or None when a column is of a
+        kind it does not render (ENUM, SET, JSON, ...), the image is empty, or the C
+        decoder is off for this decoder (``native``): then the rows are decoded."""
+        key = tuple(present)
+        try:
+            return self._shapes[key]
+        except KeyError:
+            pass
+        shape = None
+        specs = self._specs
+        if (
+            _imagejson is not None
+            and specs is not None
+            and key
+            and all(0 <= i < len(specs) for i in key)
+        ):
+            chosen = [specs[i] for i in key]
+            kinds = _imagejson.RAW_KINDS
+            if all(s is not None and s[0] in kinds for s in chosen):
+                try:
+                    shape = _imagejson.RowShape(tuple(s for s in chosen if s is not None))
+                except ValueError:  # a charmap table holding a surrogate
+                    shape = None
+        self._shapes[key] = shape
+        return shape
 
     def source(self, present: Sequence[int]) -> str:
         """The generated source of :meth:`decode_rows` for ``present`` (for debugging)."""

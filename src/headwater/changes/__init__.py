@@ -55,6 +55,7 @@ __all__ = [
     "ChangeBlock",
     "ChangeRow",
     "DdlFilter",
+    "RawRows",
     "SchemaLookup",
     "TableFilter",
     "block_changes",
@@ -190,6 +191,33 @@ def is_ddl(query: QueryEvent) -> bool:
     return _NOT_DDL.match(query.query_bytes) is None
 
 
+@dataclass(frozen=True, slots=True)
+class RawRows:
+    """The rows of a rows event kept as the event's bytes (:func:`decode_blocks` with
+    ``raw=True``): ``body[at:end]``, ``count`` rows whose images are ``first`` (and
+    ``second``, for updates) column lists. ``shapes`` (before, after) render their JSON
+    straight from the bytes (``headwater._native._imagejson.render_raw``); :meth:`decode`
+    gives the value tuples the block would otherwise hold. The bytes were walked once
+    (``count_rows``): they frame, so decoding them raises nothing."""
+
+    decoder: RowDecoder
+    body: bytes
+    at: int
+    end: int
+    first: tuple[int, ...]
+    second: tuple[int, ...]
+    update: bool
+    count: int
+    shapes: tuple[Any, Any]
+
+    def decode(self) -> list[Any]:
+        if self.update:
+            return self.decoder.decode_row_pairs(
+                self.body, self.at, self.end, self.first, self.second
+            )
+        return self.decoder.decode_rows(self.body, self.at, self.end, self.first)
+
+
 @dataclass(slots=True)
 class ChangeBlock:
     """The changes of one event of a record, undecoded into dicts: one rows event's rows
@@ -201,6 +229,9 @@ class ChangeBlock:
     ``key_names`` as in :class:`ChangeRow` (``None``: unknown). :func:`decode_record`
     builds :class:`ChangeRow` s from these; the Spark source builds its columns from them
     directly, without a dict per image where it needs only JSON text.
+
+    ``raw`` (only from :func:`decode_blocks` with ``raw=True``): the rows still as the
+    event's bytes, ``rows`` empty until :meth:`materialize` decodes them.
     """
 
     database: str
@@ -213,12 +244,23 @@ class ChangeBlock:
     after_names: list[str]
     key_names: tuple[str, ...] | None
     sql: str | None = None
+    raw: RawRows | None = None
 
     def __len__(self) -> int:
+        if self.raw is not None:
+            return self.raw.count
         return 1 if self.op == "ddl" else len(self.rows)
+
+    def materialize(self) -> list[Any]:
+        """``rows``, decoded from ``raw`` first if the block still holds bytes."""
+        if self.raw is not None:
+            self.rows = self.raw.decode()
+            self.raw = None
+        return self.rows
 
     def images(self) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
         """``(before, after)`` dicts of each row (``None`` where the event has none)."""
+        self.materialize()
         before_names, after_names = self.before_names, self.after_names
         if self.op == "update":
             for b, a in self.rows:
@@ -298,10 +340,14 @@ def decode_blocks(
     schema: SchemaLookup | None = None,
     want: TableFilter | None = None,
     want_ddl: DdlFilter | None = None,
+    raw: bool = False,
 ) -> list[ChangeBlock]:
-    """The change blocks of one stored record, in order (as :func:`decode_record`)."""
+    """The change blocks of one stored record, in order (as :func:`decode_record`).
+
+    ``raw``: rows events whose images :class:`RawRows` can render from bytes keep their
+    rows as bytes (``block.raw``; counted, not decoded: :meth:`ChangeBlock.materialize`)."""
     try:
-        return _decode_blocks(record, source, fde, schema, want, want_ddl)
+        return _decode_blocks(record, source, fde, schema, want, want_ddl, raw)
     except BinlogFormatError as e:
         # Named here, not up front: the name costs a Position rendered per record.
         raise e.located(source=f"{source} record {record.seq} at {record.position}") from None
@@ -314,12 +360,13 @@ def _decode_blocks(
     schema: SchemaLookup | None,
     want: TableFilter | None,
     want_ddl: DdlFilter | None,
+    raw: bool = False,
 ) -> list[ChangeBlock]:
     shape = (6, False) if fde is None else (fde.table_id_size, fde.is_mariadb)
     maps = _TABLE_MAPS.get(shape)
     if maps is None:
         maps = _TABLE_MAPS.setdefault(shape, {})
-    planned = _planned_blocks(record, shape[0], maps, schema, want)
+    planned = _planned_blocks(record, shape[0], maps, schema, want, raw)
     if planned is not None:
         return planned
     return _general_blocks(record, fde, maps, schema, want, want_ddl)
@@ -471,6 +518,8 @@ class _RowsPlan:
     before_names: list[str]
     after_names: list[str]
     key_names: tuple[str, ...] | None
+    #: (before, after) ``RowShape`` s rendering the images from bytes (RawRows), or None
+    shapes: tuple[Any, Any] | None = None
 
 
 #: Rows events a plan decodes: uncompressed WRITE/UPDATE/DELETE, v1 and v2 (compressed
@@ -501,6 +550,7 @@ def _planned_blocks(
     maps: dict[bytes, TableMap],
     schema: SchemaLookup | None,
     want: TableFilter | None,
+    raw: bool = False,
 ) -> list[ChangeBlock] | None:
     """The change blocks of a record of TABLE_MAPs already parsed in this process, plain
     rows events and events no change comes from (as the general loop gives them), or
@@ -569,6 +619,24 @@ def _planned_blocks(
                 if len(plans) >= _PLANS_MAX:
                     plans.clear()
                 plans[key] = plan
+            if raw and plan.shapes is not None and at < len(body):
+                # Counted (the same walk of the bytes as decoding, without values).
+                update = plan.op == "update"
+                count = plan.decoder.count_rows(
+                    body, at, len(body), first, second if update else None
+                )
+                if flags & 1:
+                    tables.clear()
+                lazy = RawRows(plan.decoder, body, at, len(body), first, second, update,
+                               count, plan.shapes)  # fmt: skip
+                out.append(
+                    ChangeBlock(
+                        plan.database, plan.table, plan.op, position, n, [],
+                        plan.before_names, plan.after_names, plan.key_names, None, lazy,
+                    )
+                )  # fmt: skip
+                n += count
+                continue
             if plan.op == "update":
                 rows: list[Any] = plan.decoder.decode_row_pairs(body, at, len(body), first, second)
             elif at < len(body):
@@ -647,10 +715,18 @@ def _plan(
         before, after = first, second
     else:
         before, after = ((), first) if op == "insert" else (first, ())
+    decoder = row_decoder_for(tm, columns)
+    shapes: tuple[Any, Any] | None = None
+    b_shape = decoder.json_shape(before) if before else None
+    a_shape = decoder.json_shape(after) if after else None
+    if (op == "update" and b_shape is not None and a_shape is not None) or (
+        op != "update" and (a_shape if op == "insert" else b_shape) is not None
+    ):
+        shapes = (b_shape, a_shape)
     return _RowsPlan(
-        tm, tm.schema, tm.table, op, row_decoder_for(tm, columns),
+        tm, tm.schema, tm.table, op, decoder,
         [names[i] for i in before], [names[i] for i in after],
-        _key_names(tm, names, schema, position),
+        _key_names(tm, names, schema, position), shapes,
     )  # fmt: skip
 
 

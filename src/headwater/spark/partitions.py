@@ -65,9 +65,11 @@ try:  # the C image renderer (setup.py builds it with the package)
     from headwater._native._imagejson import (
         JsonColumns as _JsonBuilder,
         render_block as _render_block,
+        render_raw as _render_raw,
     )
 except ImportError:  # pragma: no cover - a build without the extension
     _render_block = None  # type: ignore[assignment]
+    _render_raw = None  # type: ignore[assignment]
     _JsonBuilder = None  # type: ignore[assignment,misc]
 
 __all__ = [
@@ -419,21 +421,22 @@ def _images(block: ChangeBlock, lo: int, hi: int, columns: _ImageOut) -> None:
 
     Rendered in C (``headwater._native._imagejson``, the same text: a differential test
     holds them equal) when the module is built and the block's column names are distinct;
-    else by :func:`_images_python`."""
+    else by :func:`_images_python`. A block still holding its rows as bytes
+    (``block.raw``: :func:`read_slice`) is rendered from them (``render_raw``: no value
+    objects) unless that declines; then its rows are decoded and rendered as any other."""
+    if block.raw is not None and _render_raw is not None:
+        raw = block.raw
+        picks, old = _block_picks(block)
+        if _render_raw(
+            block.op, raw.shapes[0], raw.shapes[1], raw.body, raw.at, raw.end, lo, hi,
+            block.before_names, block.after_names, picks, old, columns,
+        ):  # fmt: skip
+            return
+    block.materialize()
     if _render_block is not None:
-        kind = block.op
-        if kind == "update":
-            picks = _key_picks(block.key_names, block.after_names)
-            old = _key_picks(block.key_names, block.before_names)
-            if picks and old and any(i < 0 for _k, i in old):
-                old = None
-        else:
-            picks = _key_picks(
-                block.key_names, block.after_names if kind == "insert" else block.before_names
-            )
-            old = None
+        picks, old = _block_picks(block)
         if _render_block(
-            kind, block.rows, lo, hi, block.before_names, block.after_names, picks, old,
+            block.op, block.rows, lo, hi, block.before_names, block.after_names, picks, old,
             columns, _plain_json, _escaped_json,
         ):  # fmt: skip
             return
@@ -444,6 +447,22 @@ def _images(block: ChangeBlock, lo: int, hi: int, columns: _ImageOut) -> None:
     _images_python(block, lo, hi, texts)
     for row in zip(*texts, strict=True):
         _append(columns, row)
+
+
+def _block_picks(
+    block: ChangeBlock,
+) -> tuple[list[tuple[str, int]] | None, list[tuple[str, int]] | None]:
+    """The key's picks in the image the key comes from, and for an update the before
+    image's when ``before_key`` can be known (every key column in it), else None."""
+    kind = block.op
+    if kind != "update":
+        names = block.after_names if kind == "insert" else block.before_names
+        return _key_picks(block.key_names, names), None
+    picks = _key_picks(block.key_names, block.after_names)
+    old = _key_picks(block.key_names, block.before_names)
+    if picks and old and any(i < 0 for _k, i in old):
+        old = None
+    return picks, old
 
 
 def _images_python(block: ChangeBlock, lo: int, hi: int, columns: _JsonColumns) -> None:
@@ -550,12 +569,13 @@ def read_slice(part: LogSlice, log: SliceLog | None = None) -> Iterator[pyarrow.
 
 
 def slice_blocks(
-    part: LogSlice, log: SliceLog, *, ddl: bool
+    part: LogSlice, log: SliceLog, *, ddl: bool, raw: bool = False
 ) -> Iterator[tuple[Record, ChangeBlock, int, int]]:
     """The slice's change blocks with the rows each holds of it: ``(record, block, lo,
     hi)``, rows ``[lo, hi)`` (indexes within the block, never empty) of the changes in
-    ``[part.lo, part.hi)``; DDL blocks only with ``ddl``. Shared by :func:`read_slice` and
-    the replay's reader (:mod:`headwater.spark.asofread`)."""
+    ``[part.lo, part.hi)``; DDL blocks only with ``ddl``; with ``raw``, rows events whose
+    images render from bytes keep them (``block.raw``, :func:`decode_blocks`). Shared by
+    :func:`read_slice` and the replay's reader (:mod:`headwater.spark.asofread`)."""
     options = part.options
     (lo_seq, lo_row), (hi_seq, hi_row) = part.lo, part.hi
     end = hi_seq + 1 if hi_row > 0 else hi_seq
@@ -575,6 +595,7 @@ def slice_blocks(
             schema=log.schema,
             want=want,
             want_ddl=options.tables.wants_ddl,
+            raw=raw,
         )
         first = lo_row if rec.seq == lo_seq else 0
         stop = hi_row if rec.seq == hi_seq else None
@@ -605,7 +626,9 @@ def _read_slice(part: LogSlice, given: SliceLog | None) -> Iterator[pyarrow.Reco
     log = open_log(options) if given is None else given
     try:
         rows = _Columns()
-        for rec, block, lo, hi in slice_blocks(part, log, ddl=options.ddl):
+        # The images straight from the rows events' bytes where render_raw can (_images).
+        blocks = slice_blocks(part, log, ddl=options.ddl, raw=_render_raw is not None)
+        for rec, block, lo, hi in blocks:
             while lo < hi:
                 take = min(hi - lo, BATCH_ROWS - rows.rows)
                 rows.add_block(block, rec, options.source_name, lo, lo + take)
