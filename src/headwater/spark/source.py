@@ -31,7 +31,11 @@ transaction and a second of the rest, each paying the fixed cost of a batch (~0.
 cores). A stream that is not idle is never held back: the records that arrive while a
 batch runs form the next one at once. Nor is a live workload's commit: the gate waits only
 when at least ``BURST_RECORDS`` (64) new records are there at its first look (a catch-up
-appends them by the hundred per group commit); with fewer, the batch is cut at once. At a
+appends them by the hundred per group commit), or fewer that hold ``BURST_BYTES`` (32
+KiB) of payload (a catch-up of large transactions shows one at its first look: in
+bench/kafka.py's rounds of 1000-row transactions that record was a batch of its own,
+paying a batch's fixed cost, 0.1-0.15 s, for 1000 rows); with fewer and smaller, the
+batch is cut at once. At a
 steady 50 commits a second, a pipeline whose batches end within 20 ms used to find the
 stream idle before each batch and wait the whole ``burstWaitMs`` (the log never stays
 still for ``burstQuietMs``): 200 ms of the commit-to-visible latency. A catch-up whose
@@ -114,10 +118,17 @@ IDLE_CHECK_S = 0.02
 IDLE_WAIT_MAX_S = 4.0
 IDLE_LONG_AFTER_S = 5.0
 #: New records after an idle stream that show a burst landing (module docstring,
-#: "Bursts"); fewer are a live workload's commits, and the batch is cut at once.
+#: "Bursts"); fewer are a live workload's commits, and the batch is cut at once, unless
+#: they hold BURST_BYTES of payload or more.
 BURST_RECORDS = 64
+#: Payload bytes of fewer than BURST_RECORDS new records that show a burst all the same:
+#: a catch-up of large transactions shows one record at the first look. 32 KiB is about
+#: 600 rows of bench/kafka.py's table (its 1000-row INSERT is 57 KB of binlog events,
+#: its UPDATE 110 KB), six 200-row commits of bench/latency.py's 10,000 rows/s phase.
+BURST_BYTES = 32 << 10
 
 __all__ = [
+    "BURST_BYTES",
     "BURST_RECORDS",
     "IDLE_LONG_AFTER_S",
     "IDLE_WAIT_MAX_S",
@@ -254,18 +265,29 @@ class BurstGate:
         begin: int | None = None,
         wait: Callable[[int, float], None] | None = None,
         grown: Callable[[int], None] | None = None,
+        size: Callable[[int, int], int] | None = None,
     ) -> int:
         """The end to cut at (class docstring). ``wait(end, timeout)``, when given,
         returns as soon as the log grows past ``end`` (the store's watch of its head
         file), so the quiet period is timed from the last growth itself rather than
         checked once per ``quiet_s`` poll (a poll saw it 0-``quiet_s`` late: 25 ms on
         average); ``grown(end)`` is called with each new end, inside the quiet period
-        (the source plans the records landed so far meanwhile)."""
-        if begin is not None and end - begin < BURST_RECORDS:
+        (the source plans the records landed so far meanwhile). With fewer than
+        :data:`BURST_RECORDS` records past ``begin``, the batch is cut at once unless
+        ``size(begin, end)`` (their payload bytes; it may stop counting at
+        :data:`BURST_BYTES`) shows a burst's worth of work."""
+        if not self.idle or self.wait_s <= 0:
+            self.idle = False
+            return end
+        if (
+            begin is not None
+            and end - begin < BURST_RECORDS
+            and (size is None or size(begin, end) < BURST_BYTES)
+        ):
             # A live workload's next commit, not a catch-up landing: cut now.
             self.idle = False
             return end
-        if self.idle and self.wait_s > 0 and wait is not None:
+        if wait is not None:
             deadline = self.clock() + self.wait_s
             quiet_until = min(self.clock() + self.quiet_s, deadline)
             if grown is not None:
@@ -278,7 +300,7 @@ class BurstGate:
                     quiet_until = min(self.clock() + self.quiet_s, deadline)
                     if grown is not None:
                         grown(end)
-        elif self.idle and self.wait_s > 0:
+        else:
             deadline = self.clock() + self.wait_s
             while self.clock() < deadline:
                 self.sleep(min(self.quiet_s, deadline - self.clock()))
@@ -288,6 +310,22 @@ class BurstGate:
                 end = now_end
         self.idle = False
         return end
+
+
+def _payload(changelog: LocalLog) -> Callable[[int, int], int]:
+    """The gate's ``size``: payload bytes of records ``[begin, end)`` from their headers,
+    counted up to :data:`BURST_BYTES` (a task directory only: over HTTP the headers
+    come with the whole records, fetched again by the batch)."""
+
+    def size(begin: int, end: int) -> int:
+        total = 0
+        for head in changelog.heads(begin, end):
+            total += head.size
+            if total >= BURST_BYTES:
+                break
+        return total
+
+    return size
 
 
 def _gate(options: SourceOptions) -> BurstGate:
@@ -440,6 +478,7 @@ class HeadwaterStreamReader(_Driver, DataSourceStreamReader, SupportsTriggerAvai
                 begin.seq,
                 wait=changelog.wait_past if isinstance(changelog, LocalLog) else None,
                 grown=grown if max_rows is None and max_bytes is not None else None,
+                size=_payload(changelog) if isinstance(changelog, LocalLog) else None,
             )
             if landed != log_end:
                 log_end, last = self._end = changelog.end()
