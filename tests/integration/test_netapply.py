@@ -28,7 +28,7 @@ from headwater.config import FilterConfig
 from headwater.pipeline.columns import source_options
 from headwater.pipeline.config import load_pipeline_config
 from headwater.pipeline.direct import DirectApply, offset_at, spark_shard
-from headwater.pipeline.netapply import NetApply, net_tables
+from headwater.pipeline.netapply import NetApply, NetRead, net_reads, net_tables
 from headwater.pipeline.runner import PipelineRunner
 from headwater.sandbox import MariadbSandbox
 from headwater.spark.offsets import parse_options
@@ -283,9 +283,20 @@ def test_net_batches_give_the_state_the_row_path_gives(
         )
 
 
+def _tables(read: NetRead) -> dict[tuple[str, str], Any]:
+    """A read's upserts and removes per table (removes in the scanner's table order:
+    sorted)."""
+    return {
+        (t.database, t.table): (t.upserts.to_pylist(), sorted(map(repr, t.removes.to_pylist())))
+        for t in read.tables
+    }
+
+
 def _walks_agree(net_path: NetApply, tables_in: dict[str, int]) -> None:
     """Batch 1's net effect per shard is the same walked in C (walk.c, each table into its
-    own scanner) as in Python, with the payloads kept or read again (KEEP_BYTES 0)."""
+    own scanner) as in Python, with the payloads kept or read again (KEEP_BYTES 0); and
+    one walk for both shards (net_reads: the walk's Scanner fans the keys out) gives each
+    shard what a walk of that shard alone gives."""
     from headwater.spark import asofscan
     from headwater.spark.logaccess import open_log
 
@@ -294,9 +305,11 @@ def _walks_agree(net_path: NetApply, tables_in: dict[str, int]) -> None:
     plan = replace(plan, shards=2)
     keep = asofscan.KEEP_BYTES
     removed = 0
+    modes = ((False, keep), (True, keep), (True, 0))
+    alone = {}
     for shard in (0, 1):
         got = []
-        for in_c, keep_bytes in ((False, keep), (True, keep), (True, 0)):
+        for in_c, keep_bytes in modes:
             asofscan.WALK_IN_C, asofscan.KEEP_BYTES = in_c, keep_bytes
             log = open_log(plan.options)
             try:
@@ -305,16 +318,23 @@ def _walks_agree(net_path: NetApply, tables_in: dict[str, int]) -> None:
                 asofscan.WALK_IN_C, asofscan.KEEP_BYTES = True, keep
                 log.close()
             assert read.tables_in == tables_in
-            got.append({  # (removes in the scanner's table order: sorted)
-                (t.database, t.table): (
-                    t.upserts.to_pylist(), sorted(map(repr, t.removes.to_pylist()))
-                )
-                for t in read.tables
-            })  # fmt: skip
+            got.append(_tables(read))
         assert got[1] == got[0] and got[2] == got[0]
         assert sum(len(u) for u, _r in got[0].values()) > 3
         removed += sum(len(r) for _u, r in got[0].values())
+        alone[shard] = got[0]
     assert removed > 0
+    assert alone[0] != alone[1]
+    for in_c, keep_bytes in modes:
+        asofscan.WALK_IN_C, asofscan.KEEP_BYTES = in_c, keep_bytes
+        log = open_log(plan.options)
+        try:
+            reads = net_reads(plan, log)
+        finally:
+            asofscan.WALK_IN_C, asofscan.KEEP_BYTES = True, keep
+            log.close()
+        assert {k: r.tables_in for k, r in reads.items()} == {0: tables_in, 1: tables_in}
+        assert {k: _tables(r) for k, r in reads.items()} == alone
 
 
 def test_a_mask_transform_takes_the_existing_path(tmp_path: Path) -> None:

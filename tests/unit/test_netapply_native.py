@@ -202,3 +202,103 @@ def test_route_rejects_bad_arguments() -> None:
     buf = b"\x00" + struct.pack("<i", 1)
     with pytest.raises(ValueError, match="differ"):
         scanner.scan(INSERT, shape, None, buf, 0, len(buf), 0)
+
+
+def _events(seed: int, steps: int) -> list[tuple[int, bytes, bool]]:
+    """Random inserts, key-moving and key-keeping updates and deletes, one rows event a
+    change: ``(op, buf, has a second image)``."""
+    rng = random.Random(seed)
+    live: set[tuple[int, bytes]] = set()
+    pool = [(i, random_text(rng)) for i in range(-20, 60)]
+    events: list[tuple[int, bytes, bool]] = []
+    for step in range(steps):
+        key, other = rng.choice(pool), rng.choice(pool)
+        if key not in live:
+            live.add(key)
+            events.append((INSERT, image(key[0], key[1], step), False))
+        elif rng.random() < 0.3:
+            live.discard(key)
+            events.append((DELETE, image(key[0], key[1]), False))
+        elif other not in live:
+            live.discard(key)
+            live.add(other)
+            events.append((UPDATE, image(*key) + image(other[0], other[1], step), True))
+        else:
+            events.append((UPDATE, image(*key) + image(key[0], key[1], step), True))
+    return events
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_fan_out_keeps_what_one_scan_per_shard_keeps(shards: int) -> None:
+    """One scan through a fanning Scanner leaves in each shard's Scanner the survivors and
+    removes that a Scanner routed to that shard alone keeps from the same events."""
+    shape = Shape(WIDTHS, ((0, KEY_SIGNED), (1, KEY_TEXT)))
+    route = ("shop", "orders", ("id", "name"), (False, False), shards)
+    events = _events(shards, 1500)
+    alone = []
+    for k in range(shards):
+        scanner = Scanner(1, 0)
+        scanner.route(*route, k)
+        for ordinal, (op, buf, pair) in enumerate(events):
+            scanner.scan(op, shape, shape if pair else None, buf, 0, len(buf), ordinal)
+        alone.append(scanner)
+    fanned = tuple(Scanner(1, 0) for _ in range(shards))
+    for k, scanner in enumerate(fanned):
+        scanner.route(*route, k)
+    router = Scanner(1, 0)
+    router.route(*route, 0)
+    router.fan(fanned)
+    rows = 0
+    for ordinal, (op, buf, pair) in enumerate(events):
+        rows += router.scan(op, shape, shape if pair else None, buf, 0, len(buf), ordinal)
+    assert rows == len(events)
+    assert router.keys == 0  # the router keeps nothing itself
+    for k in range(shards):
+        assert fanned[k].survivors() == alone[k].survivors()
+        assert fanned[k].removes() == alone[k].removes()
+        assert fanned[k].keys == alone[k].keys
+    assert sum(s.keys for s in fanned) > 0
+    assert all(s.keys for s in fanned)  # every shard got keys (80 keys over 2 or 3)
+
+
+def test_fan_out_error_applies_nothing_of_the_event() -> None:
+    """A row that does not route (invalid UTF-8 in the key) fails the scan, and none of
+    the event's earlier rows reach any shard."""
+    shape = Shape(WIDTHS, ((0, KEY_SIGNED), (1, KEY_TEXT)))
+    fanned = tuple(Scanner(1, 0) for _ in range(2))
+    for k, scanner in enumerate(fanned):
+        scanner.route("d", "t", ("id", "name"), (False, False), 2, k)
+    router = Scanner(1, 0)
+    router.route("d", "t", ("id", "name"), (False, False), 2, 0)
+    router.fan(fanned)
+    buf = b"".join(image(i, b"ok") for i in range(50)) + image(99, b"\xff")
+    with pytest.raises(ValueError, match=UNROUTABLE):
+        router.scan(INSERT, shape, None, buf, 0, len(buf), 0)
+    assert [s.keys for s in fanned] == [0, 0]
+    good = image(1, b"a")
+    assert router.scan(INSERT, shape, None, good, 0, len(good), 1) == 1
+    assert sum(s.keys for s in fanned) == 1
+
+
+def test_fan_rejects_what_does_not_route_alike() -> None:
+    def routed(shards: int, shard: int, table: str = "t") -> Scanner:
+        s = Scanner(1, 0)
+        s.route("d", table, ("a",), (False,), shards, shard)
+        return s
+
+    with pytest.raises(ValueError, match="after route"):
+        Scanner(1, 0).fan((routed(2, 0), routed(2, 1)))
+    with pytest.raises(ValueError, match="one Scanner per shard"):
+        routed(2, 0).fan((routed(2, 0),))
+    with pytest.raises(ValueError, match="place 1"):
+        routed(2, 0).fan((routed(2, 0), routed(2, 0)))
+    with pytest.raises(ValueError, match="place 0"):
+        routed(2, 0).fan((routed(2, 0, "other"), routed(2, 1)))
+    with pytest.raises(ValueError, match="place 0"):
+        routed(2, 0).fan((routed(3, 0), routed(3, 1)))
+    with pytest.raises(TypeError):
+        routed(2, 0).fan((routed(2, 0), object()))
+    router = routed(2, 0)
+    router.fan((routed(2, 0), routed(2, 1)))
+    with pytest.raises(ValueError, match="set once"):
+        router.fan((routed(2, 0), routed(2, 1)))

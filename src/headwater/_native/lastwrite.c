@@ -39,6 +39,12 @@
  * text then takes image_json's escaped rendering) is not rendered here: scan raises
  * ValueError starting with UNROUTABLE, and the caller takes the row path.
  *
+ * Fan-out (Scanner.fan): a routing Scanner given one routing Scanner per shard (shard k at
+ * place k, each routed alike) keeps nothing itself: each write goes to the Scanner of its
+ * key's shard. One walk of a batch then fills every shard's key pass (the net-effect
+ * apply's one task for all shards) instead of one walk per shard, each throwing away the
+ * other shards' keys after rendering and hashing them.
+ *
  * removes() gives the keys whose last write is a remove (a delete, or the old key of a
  * key-changing update not put again), as columns, for a delta apply.
  *
@@ -568,6 +574,7 @@ typedef struct {
     size_t npending, cap_pending;
     Bytes keys;          /* their keys */
     Route *route;        /* routing mode (Scanner.route), or NULL: hash parts */
+    PyObject *fan;       /* fan-out (Scanner.fan): a tuple of a Scanner per shard, or NULL */
 } Scanner;
 
 static void Scanner_dealloc(Scanner *self) {
@@ -585,6 +592,7 @@ static void Scanner_dealloc(Scanner *self) {
     PyMem_Free(self->pending);
     PyMem_Free(self->keys.b);
     route_free(self->route);
+    Py_XDECREF(self->fan);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -748,7 +756,10 @@ static int pend(Scanner *self, const Bytes *key, int64_t seq, int present, int64
     if (self->route != NULL) {
         int64_t shard = route_of(self->route, key->b, key->len);
         if (shard < 0) return -1;
-        if ((uint64_t)shard != self->route->shard) return 0;
+        if (self->fan != NULL)
+            self = (Scanner *)PyTuple_GET_ITEM(self->fan, shard); /* the shard's own */
+        else if ((uint64_t)shard != self->route->shard)
+            return 0;
     } else if (self->parts > 1 && part_of(h, self->parts) != self->part) {
         return 0;
     }
@@ -783,6 +794,26 @@ static int apply_pending(Scanner *self) {
     self->npending = 0;
     self->keys.len = 0;
     return 0;
+}
+
+/* apply_pending of the Scanner, or of every Scanner it fans out to. */
+static int apply_all(Scanner *self) {
+    if (self->fan == NULL) return apply_pending(self);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->fan); i++)
+        if (apply_pending((Scanner *)PyTuple_GET_ITEM(self->fan, i)) < 0) return -1;
+    return 0;
+}
+
+/* Drops the writes not applied (after an error nothing of the event is applied). */
+static void drop_pending(Scanner *self) {
+    self->npending = 0;
+    self->keys.len = 0;
+    if (self->fan == NULL) return;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->fan); i++) {
+        Scanner *to = (Scanner *)PyTuple_GET_ITEM(self->fan, i);
+        to->npending = 0;
+        to->keys.len = 0;
+    }
 }
 
 static int same(const Bytes *a, const Bytes *b) {
@@ -851,11 +882,10 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
             goto done;
         }
     }
-    if (apply_pending(self) < 0) goto done;
+    if (apply_all(self) < 0) goto done;
     result = PyLong_FromLongLong(row);
 done:
-    self->npending = 0; /* after an error nothing of the event is applied */
-    self->keys.len = 0;
+    drop_pending(self); /* after an error nothing of the event is applied */
     PyBuffer_Release(&view);
     return result;
 }
@@ -998,6 +1028,48 @@ fail:
     return NULL;
 }
 
+static PyTypeObject ScannerType;
+
+/* Whether two routes render and hash keys alike (same names, table, flags, shards). */
+static int same_route(const Route *a, const Route *b) {
+    if (a->shards != b->shards || a->seed != b->seed || a->nkeys != b->nkeys) return 0;
+    for (int j = 0; j < a->nkeys; j++)
+        if (a->ascii[j] != b->ascii[j] || !same(&a->names[j], &b->names[j])) return 0;
+    return 1;
+}
+
+/* fan(scanners): fan-out (module docstring). `scanners` holds shard k's routing Scanner
+ * at place k, each routed as this one, none scanned or fanning out itself. */
+static PyObject *Scanner_fan(Scanner *self, PyObject *args) {
+    PyObject *fan;
+    if (!PyArg_ParseTuple(args, "O!:fan", &PyTuple_Type, &fan)) return NULL;
+    if (self->route == NULL || self->used || self->fan != NULL) {
+        PyErr_SetString(PyExc_ValueError, "fan: set once, after route, before the first scan");
+        return NULL;
+    }
+    if ((uint64_t)PyTuple_GET_SIZE(fan) != self->route->shards) {
+        PyErr_SetString(PyExc_ValueError, "fan: one Scanner per shard");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fan); i++) {
+        PyObject *item = PyTuple_GET_ITEM(fan, i);
+        if (!PyObject_TypeCheck(item, &ScannerType)) {
+            PyErr_SetString(PyExc_TypeError, "fan: Scanners only");
+            return NULL;
+        }
+        Scanner *to = (Scanner *)item;
+        if (to == self || to->fan != NULL || to->used || to->route == NULL ||
+            to->route->shard != (uint64_t)i || !same_route(to->route, self->route)) {
+            PyErr_Format(PyExc_ValueError,
+                         "fan: place %zd is not a fresh Scanner routed alike to shard %zd", i, i);
+            return NULL;
+        }
+    }
+    Py_INCREF(fan);
+    self->fan = fan;
+    Py_RETURN_NONE;
+}
+
 /* key_text(tagged) -> (text, shard): the routing of one key in key_bytes' encoding (for
  * tests: the rendering and the hash, without a rows event). */
 static PyObject *Scanner_key_text(Scanner *self, PyObject *args) {
@@ -1126,6 +1198,8 @@ static PyMethodDef Scanner_methods[] = {
     {"route", (PyCFunction)Scanner_route, METH_VARARGS,
      "route(database, table, names, ascii, shards, shard): keep the keys the SQL sinks' "
      "glue routes to `shard`"},
+    {"fan", (PyCFunction)Scanner_fan, METH_VARARGS,
+     "fan(scanners): hand each write to the Scanner of its key's shard (one per shard)"},
     {"key_text", (PyCFunction)Scanner_key_text, METH_VARARGS,
      "key_text(tagged) -> (text, shard): one key's routing (tests)"},
     {"removes", (PyCFunction)Scanner_removes, METH_NOARGS,

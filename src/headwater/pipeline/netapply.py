@@ -12,13 +12,18 @@ key-changing update not put again); applying those gives the state the sinks' co
 gives. Each table's net effect is a :class:`~headwater.sinks.netwrite.NetTable`, applied
 by :meth:`SqlSink.apply_net` in the shard's exactly-once transaction.
 
-The Spark job: ``spark.range(n, numPartitions=n).mapInArrow`` for a sink of ``n`` shards;
-task ``k`` opens the log itself (:func:`~headwater.spark.logaccess.open_log`, as the
-replay's tasks do: it works on a cluster), walks the range once and keeps the keys the
-SQL sinks' glue routes to shard ``k`` (``pmod(xxhash64(database, table, key), n)`` over
+The Spark job: ``spark.range(n, numPartitions=1).mapInArrow`` for a sink of ``n`` shards;
+its one task opens the log itself (:func:`~headwater.spark.logaccess.open_log`, as the
+replay's tasks do: it works on a cluster), walks the range once, each key going to the
+key pass of the shard the SQL sinks' glue routes it to (``_native/lastwrite.c``'s
+fan-out), then runs the shards' transactions at once, a thread each
+(:func:`apply_shards`). Until 2026-11-25 it was a task per shard, each walking the whole
+range and keeping its shard's keys: on 2 cores the walks took the machine while they ran
+(bench/pipeline.py, 800 000 changes: 0.2-0.5 CPU-s each). The routing is
+``pmod(xxhash64(database, table, key), n)`` over
 the post-transform names and the change row's ``key`` text, rendered in C exactly as the
 change rows carry it; tests/unit/test_netapply_native.py holds it equal to
-:func:`headwater.pipeline.direct.spark_shard`). The routing is the glue's, and the sink
+:func:`headwater.pipeline.direct.spark_shard`): the glue's routing, and the sink
 skips a shard whose checkpoint already holds the batch (``max_sequence >= first``, one
 transaction per shard per batch, then ``max_sequence = last``), so a batch replayed after
 a crash may take either path, shard by shard.
@@ -40,12 +45,14 @@ All these depend on the range and the configuration only, so a replay decides al
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import pickle
 import time
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -71,7 +78,16 @@ if TYPE_CHECKING:
     from headwater.spark.offsets import SourceOptions
     from headwater.spark.transforms import TransformSpec
 
-__all__ = ["NetApply", "NetPlan", "NetRefused", "net_tables", "unsupported"]
+__all__ = [
+    "NetApply",
+    "NetPlan",
+    "NetRead",
+    "NetRefused",
+    "apply_shards",
+    "net_reads",
+    "net_tables",
+    "unsupported",
+]
 
 log = logging.getLogger(__name__)
 
@@ -209,10 +225,15 @@ class NetRead:
 
 
 class _State:
-    """One table's walk: its definition, target names, scanner and events."""
+    """One table's walk: its definition, target names, scanners and events.
 
-    def __init__(self, plan: NetPlan, shard: int, definition: TableDef, version: int,
-                 log: Any) -> None:  # fmt: skip
+    :attr:`scanner` is the one the walk scans into; :attr:`scanners` keep each shard's
+    keys. For one shard they are the same routed Scanner; for every shard of the plan
+    (one walk for all: :func:`net_reads`) the walk's Scanner fans each write out to the
+    Scanner of its key's shard (``_native/lastwrite.c``, fan-out)."""
+
+    def __init__(self, plan: NetPlan, shards: tuple[int, ...], definition: TableDef,
+                 version: int, log: Any) -> None:  # fmt: skip
         from headwater._native._lastwrite import Scanner
         from headwater.spark import asofscan
         from headwater.spark.asofread import read_spec
@@ -234,10 +255,19 @@ class _State:
         by_name = {c.name: c for c in definition.columns}
         ascii_only = tuple(by_name[k].charset == "ascii" for k in definition.primary_key)
         hint = dict(plan.rows).get(name, 0) // plan.shards if asofscan.SIZE_HINT else 0
-        self.scanner = Scanner(1, 0, hint)
+        route = (self.target.database, self.target.table, self.target.key, ascii_only,
+                 plan.shards)  # fmt: skip
+        self.scanners: dict[int, Any] = {}
         try:
-            self.scanner.route(self.target.database, self.target.table, self.target.key,
-                               ascii_only, plan.shards, shard)  # fmt: skip
+            for k in shards:
+                self.scanners[k] = Scanner(1, 0, hint)
+                self.scanners[k].route(*route, k)
+            if len(shards) == 1:
+                self.scanner = self.scanners[shards[0]]
+            else:  # keeps nothing itself: hands each write to its shard's Scanner
+                self.scanner = Scanner(1, 0, 0)
+                self.scanner.route(*route, 0)
+                self.scanner.fan(tuple(self.scanners[k] for k in range(plan.shards)))
         except UnicodeError:
             raise NetRefused(f"{name}: a name that is not UTF-8") from None
         self.fast = _FastWalker(self.spec, log)
@@ -314,16 +344,19 @@ class _State:
         mine = np.isin(events[:, 0], self.indexes)
         return self.slow_rows + int(events[mine, 5].sum())
 
-    def net_table(self, position: Any, walked: _Walked | None) -> NetTable:
+    def net_table(self, position: Any, walked: _Walked | None, shard: int) -> NetTable:
+        """Shard ``shard``'s net effect on this table: its keys' surviving after images
+        decoded, and its removes."""
         import pyarrow as pa
 
         from headwater.sinks.netwrite import NetTable
 
         target = self.target
+        scanner = self.scanners[shard]
         if walked is None:
-            parts = list(self.walker.survivors(self.scanner, self.counts, self.events))
+            parts = list(self.walker.survivors(scanner, self.counts, self.events))
         else:
-            parts = list(self.fast.survivors_of(self.scanner, walked))
+            parts = list(self.fast.survivors_of(scanner, walked))
         schema = self.spec.arrow_schema()
         physical = pa.concat_tables(parts) if parts else schema.empty_table()
         for c in self.spec.columns:
@@ -343,14 +376,14 @@ class _State:
             columns=tuple(name for _i, name in target.columns),
             key=target.key,
             upserts=upserts,
-            removes=self._removes(),
+            removes=self._removes(scanner),
             position=position,
         )
 
-    def _removes(self) -> pa.Table:
+    def _removes(self, scanner: Any) -> pa.Table:
         import pyarrow as pa
 
-        count, columns = self.scanner.removes()
+        count, columns = scanner.removes()
         fast = {c.name: c.fast for c in self.spec.columns}
         by_name = {c.name: c for c in self.definition.columns}
         arrays = []
@@ -375,10 +408,40 @@ class _State:
 
 def net_tables(plan: NetPlan, shard: int, log: Any) -> NetRead:
     """The net effect of ``plan``'s range on the keys of ``shard`` (raises
-    :class:`NetRefused`). One walk of the range: every wanted table's rows events go
-    through its key pass (walked in C, ``_native/walk.c``, as the replay's key pass, when
+    :class:`NetRefused`): :func:`net_reads` of that shard alone."""
+    walk = _walk(plan, (shard,), log)
+    return walk.read(shard)
+
+
+def net_reads(plan: NetPlan, log: Any) -> dict[int, NetRead]:
+    """The net effect of ``plan``'s range on the keys of every shard, from one walk of
+    the range (raises :class:`NetRefused`)."""
+    walk = _walk(plan, tuple(range(plan.shards)), log)
+    return {k: walk.read(k) for k in range(plan.shards)}
+
+
+@dataclass(slots=True)
+class _Walk:
+    """One walk of a range: each table's key pass filled for the shards walked for."""
+
+    order: list[_State]
+    walked: _Walked | None
+    first_position: Any
+    figures: NetRead
+
+    def read(self, shard: int) -> NetRead:
+        """Shard ``shard``'s tables (its survivors decoded) with the batch's figures."""
+        f = self.figures
+        tables = [s.net_table(self.first_position, self.walked, shard) for s in self.order]
+        return NetRead(tables, dict(f.tables_in), dict(f.tables_out), f.newest_ts_us)
+
+
+def _walk(plan: NetPlan, shards: tuple[int, ...], log: Any) -> _Walk:
+    """One walk of the range for ``shards`` (one of them, or all of the plan's): every
+    wanted table's rows events go through its key pass (walked in C,
+    ``_native/walk.c``, as the replay's key pass, when
     :data:`headwater.spark.asofscan.WALK_IN_C`; anything unusual, and every TABLE_MAP and
-    QUERY event, the Python way); then each table's survivors are decoded."""
+    QUERY event, the Python way). The survivors are decoded by :meth:`_Walk.read`."""
     from headwater.binlog.events import DecodeContext, QueryEvent, parse_event
     from headwater.binlog.rows import ROWS_EVENT_TYPES, rows_event_table_id
     from headwater.changes import is_ddl, iter_payload_events
@@ -426,7 +489,7 @@ def net_tables(plan: NetPlan, shard: int, log: Any) -> NetRead:
                 definition = schema.table_at(tm.schema, tm.table, rec.position)
                 if definition is None:
                     raise NetRefused(f"{tm.schema}.{tm.table}: no definition")
-                state = _State(plan, shard, definition, rec.schema_version, log)
+                state = _State(plan, shards, definition, rec.schema_version, log)
                 order.append(state)
             states[name] = state
         state = states[name]
@@ -472,8 +535,7 @@ def net_tables(plan: NetPlan, shard: int, log: Any) -> NetRead:
         if rows:
             out.tables_in[source] = out.tables_in.get(source, 0) + rows
             out.tables_out[target] = out.tables_out.get(target, 0) + rows
-        out.tables.append(state.net_table(first_position, walked))
-    return out
+    return _Walk(order, walked, first_position, out)
 
 
 def _walk_record(rec: Any, ctx: Any, size: int, walked: _Walked, ordinal: int,
@@ -545,24 +607,46 @@ _RESULT = "shard int, result binary"
 def _task(
     plan: NetPlan, sink: SqlSink, batches: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body over ``spark.range(shards)``: apply each id's shard."""
+    """``mapInArrow`` body over ``spark.range(shards)``: apply each id's shard (every
+    shard of the plan in one task: one walk, :func:`apply_shards`)."""
     import pyarrow as pa
 
-    for batch in batches:
-        shards = batch.column(0).to_pylist()
-        results = [pickle.dumps(apply_shard(plan, sink, int(k))) for k in shards]
-        if shards:
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(shards, pa.int32()), pa.array(results, pa.binary())],
-                names=["shard", "result"],
-            )
+    shards = [int(k) for batch in batches for k in batch.column(0).to_pylist()]
+    if shards:
+        results = [pickle.dumps(r) for r in apply_shards(plan, sink, shards)]
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(shards, pa.int32()), pa.array(results, pa.binary())],
+            names=["shard", "result"],
+        )
     freeze_worker_heap()  # the daemon's full collection after the task (headwater.gcpause)
 
 
 def apply_shard(plan: NetPlan, sink: SqlSink, shard: int) -> tuple[Any, Any]:
-    """Read and apply one shard (on an executor): ``(figures, result)`` where ``result``
-    is the sink's ApplyResult, a terminal error (as data: sinks.failfast), or a
-    NetRefused. Retryable errors raise (Spark retries the task)."""
+    """Read and apply one shard (on an executor): :func:`apply_shards` of it alone."""
+    return apply_shards(plan, sink, [shard])[0]
+
+
+def apply_shards(plan: NetPlan, sink: SqlSink, shards: Sequence[int]) -> list[tuple[Any, Any]]:
+    """Read and apply ``shards`` (on an executor), each as ``(figures, result)`` where
+    ``result`` is the sink's ApplyResult, a terminal error (as data: sinks.failfast), or a
+    NetRefused. Retryable errors raise (Spark retries the task).
+
+    Every shard of the plan: one walk of the range fills every shard's key pass (the
+    walk's Scanner fans the writes out), then each shard's survivors are decoded and the
+    shards' transactions run at once, a thread each (the writes wait on the target, not
+    on this process). Before, a task per shard walked the whole range and kept its
+    shard's keys: on 2 cores both walks at once, 0.2-0.5 CPU-s each a large batch of
+    bench/pipeline.py. Any other set of shards: a walk per shard."""
+    every = tuple(range(plan.shards))
+    groups = [every] if sorted(shards) == list(every) else [(k,) for k in shards]
+    out: dict[int, tuple[Any, Any]] = {}
+    for group in groups:
+        out.update(_apply_group(plan, sink, group))
+    return [out[k] for k in shards]
+
+
+def _apply_group(plan: NetPlan, sink: SqlSink, shards: tuple[int, ...]) -> dict[int, Any]:
+    """:func:`apply_shards` of ``shards`` from one walk: shard -> (figures, result)."""
     from headwater.spark.logaccess import open_log
 
     t0 = time.monotonic()
@@ -570,30 +654,58 @@ def apply_shard(plan: NetPlan, sink: SqlSink, shard: int) -> tuple[Any, Any]:
     try:
         with gc_paused(), pinned_schemas():
             try:
-                read = net_tables(plan, shard, log_)
+                walk = _walk(plan, shards, log_)
+                if len(shards) == 1:
+                    read = walk.read(shards[0])
             except NetRefused as exc:
-                return None, exc
-            t1 = time.monotonic()
-            try:
-                result: Any = sink.apply_net(
-                    [t for t in read.tables if t.upserts.num_rows or t.removes.num_rows],
-                    source=plan.options.source_name,
-                    first_seq=plan.first_sequence,
-                    last_seq=plan.last_sequence,
-                    batch_id=plan.batch_id,
-                    shard=shard,
-                )
-            except PartlyApplied as exc:  # the row path applies the rest of it
-                return None, NetRefused(str(exc))
-            except Exception as exc:  # returned, not raised: no task retry (sinks.failfast)
-                if not (isinstance(exc, SinkError) or is_terminal(exc)):
-                    raise
-                result = exc
-            t2 = time.monotonic()
-            figures = (read.tables_in, read.tables_out, read.newest_ts_us, t1 - t0, t2 - t1)
-            return figures, result
+                return {k: (None, exc) for k in shards}
+            if len(shards) == 1:
+                return {shards[0]: _apply_read(plan, sink, shards[0], read, time.monotonic() - t0)}
+            # Each shard's transaction starts once its survivors are decoded, while the next
+            # shard's are (a thread each, in a copy of this context: pinned_schemas is a
+            # context variable). A shard that refuses leaves the ones started to finish:
+            # the row path skips what their checkpoints hold, as with a task per shard.
+            out: dict[int, Any] = {}
+            with ThreadPoolExecutor(len(shards), thread_name_prefix="hw-net-shard") as pool:
+                futures = {}
+                for k in shards:
+                    try:
+                        read = walk.read(k)
+                    except NetRefused as exc:
+                        out[k] = (None, exc)
+                        continue
+                    run = contextvars.copy_context().run
+                    futures[k] = pool.submit(
+                        run, _apply_read, plan, sink, k, read, time.monotonic() - t0
+                    )
+                out.update((k, f.result()) for k, f in futures.items())
+            return out
     finally:
         log_.close()
+
+
+def _apply_read(
+    plan: NetPlan, sink: SqlSink, shard: int, read: NetRead, read_s: float
+) -> tuple[Any, Any]:
+    """Shard ``shard``'s transaction of ``read``: ``(figures, result)`` (:func:`apply_shards`)."""
+    t1 = time.monotonic()
+    try:
+        result: Any = sink.apply_net(
+            [t for t in read.tables if t.upserts.num_rows or t.removes.num_rows],
+            source=plan.options.source_name,
+            first_seq=plan.first_sequence,
+            last_seq=plan.last_sequence,
+            batch_id=plan.batch_id,
+            shard=shard,
+        )
+    except PartlyApplied as exc:  # the row path applies the rest of it
+        return None, NetRefused(str(exc))
+    except Exception as exc:  # returned, not raised: no task retry (sinks.failfast)
+        if not (isinstance(exc, SinkError) or is_terminal(exc)):
+            raise
+        result = exc
+    figures = (read.tables_in, read.tables_out, read.newest_ts_us, read_s, time.monotonic() - t1)
+    return figures, result
 
 
 #: Sinks whose checkpoint table this process has set up.
@@ -712,7 +824,8 @@ class NetApply:
             sink_plan = replace(plan, shards=shards)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)  # pandas 3 (see sinks.glue)
-                job = spark.range(shards, numPartitions=shards).mapInArrow(
+                # one task for every shard: one walk of the range (apply_shards)
+                job = spark.range(shards, numPartitions=1).mapInArrow(
                     _Job(sink_plan, sink), _RESULT
                 )
                 rows = job.collect()
