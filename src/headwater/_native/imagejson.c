@@ -562,7 +562,8 @@ typedef struct {
 
 static PyTypeObject JsonColumnsType;
 
-static int strcol_push(StrCol *c, const char *s, Py_ssize_t n) {
+/* Room for one more row's offset and validity bit. */
+static int strcol_room(StrCol *c) {
     if (c->n + 1 >= c->cap) {
         Py_ssize_t cap = c->cap ? c->cap * 2 : 4096;
         int32_t *off = PyMem_Realloc(c->offsets, (size_t)(cap + 1) * sizeof(int32_t));
@@ -575,6 +576,11 @@ static int strcol_push(StrCol *c, const char *s, Py_ssize_t n) {
         if (c->cap == 0) c->offsets[0] = 0;
         c->cap = cap;
     }
+    return 0;
+}
+
+static int strcol_push(StrCol *c, const char *s, Py_ssize_t n) {
+    if (strcol_room(c) < 0) return -1;
     if (s == NULL) {
         c->nulls++;
     } else {

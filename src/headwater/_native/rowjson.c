@@ -662,26 +662,39 @@ static int keys_escaped(const Keys *k) {
     return 0;
 }
 
-/* ``{"name":value,...}`` of one image's rendered values into column ``col``. */
-static int raw_emit(Out *o, int col, Buf *img, const Keys *k, int esc, const Buf *vals,
+/* ``{"name":value,...}`` of one image's rendered values, written in place at the end of
+ * column ``col``'s data (then its offset and validity bit: strcol_push without a copy). */
+static int raw_emit(Out *o, int col, const Keys *k, int esc, const Buf *vals,
                     const Py_ssize_t *at, Py_ssize_t n, int picked) {
-    img->len = 0;
-    if (putc1(img, '{') < 0) return -1;
-    for (Py_ssize_t i = 0; i < k->n; i++) {
+    StrCol *c = &o->cols->col[col];
+    Buf *img = &c->data;
+    Py_ssize_t start = img->len;
+    int r = strcol_room(c) < 0 || putc1(img, '{') < 0 ? -1 : 0;
+    for (Py_ssize_t i = 0; r == 0 && i < k->n; i++) {
         PyObject *key = esc ? k->escaped[i] : k->plain[i];
-        if (i && putc1(img, ',') < 0) return -1;
-        if (put(img, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) < 0) return -1;
         Py_ssize_t j = picked ? k->index[i] : i;
-        if (j < 0) {
-            if (put(img, "null", 4) < 0) return -1;
-        } else if (j >= n) {
-            return RAW_FALLBACK;
-        } else if (put(img, vals->p + at[j], at[j + 1] - at[j]) < 0) {
-            return -1;
-        }
+        if ((i && putc1(img, ',') < 0) ||
+            put(img, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) < 0)
+            r = -1;
+        else if (j >= n)
+            r = RAW_FALLBACK;
+        else if (j < 0 ? put(img, "null", 4) < 0
+                       : put(img, vals->p + at[j], at[j + 1] - at[j]) < 0)
+            r = -1;
     }
-    if (putc1(img, '}') < 0) return -1;
-    return emit_text(o, col, img);
+    if (r == 0 && putc1(img, '}') < 0) r = -1;
+    if (r == 0 && img->len > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError,
+                        "the JSON of a record batch's image column exceeds 2 GiB");
+        r = -1;
+    }
+    if (r) {
+        img->len = start;
+        return r;
+    }
+    c->valid[c->n >> 3] |= (uint8_t)(1u << (c->n & 7));
+    c->offsets[++c->n] = (int32_t)img->len;
+    return 0;
 }
 
 static int is_float(const RowShape *sh, Py_ssize_t j) {
@@ -700,7 +713,7 @@ static int raw_rows(const RawJob *job, const Shape *sh, Out *o) {
     Py_ssize_t p = job->pos;
     const RowShape *im = job->image, *bi = job->before;
     Py_ssize_t an = im->n, bn = bi ? bi->n : 0;
-    Buf vals = {0}, bvals = {0}, img = {0};
+    Buf vals = {0}, bvals = {0};
     Py_ssize_t *at = PyMem_Malloc((size_t)(an + bn + 2) * sizeof(Py_ssize_t));
     int rc = at == NULL ? (PyErr_NoMemory(), -1) : 0;
     Py_ssize_t *bat = at == NULL ? NULL : at + an + 1;
@@ -717,10 +730,10 @@ static int raw_rows(const RawJob *job, const Shape *sh, Out *o) {
         if (!job->update) {
             rc = raw_values(im, job->buf, job->lim, &p, &vals, at);
             if (rc == 0)
-                rc = sh->has_picks ? raw_emit(o, KEY, &img, sh->picks, job->esc[2], &vals, at, an, 1)
+                rc = sh->has_picks ? raw_emit(o, KEY, sh->picks, job->esc[2], &vals, at, an, 1)
                                    : emit_none(o, KEY);
             if (rc == 0)
-                rc = raw_emit(o, job->insert ? AFTER : BEFORE, &img, sh->names, job->esc[0],
+                rc = raw_emit(o, job->insert ? AFTER : BEFORE, sh->names, job->esc[0],
                               &vals, at, an, 0);
             if (rc == 0) rc = emit_none(o, job->insert ? BEFORE : AFTER);
             if (rc == 0) rc = emit_none(o, OLD_KEY);
@@ -728,14 +741,14 @@ static int raw_rows(const RawJob *job, const Shape *sh, Out *o) {
         }
         rc = raw_values(bi, job->buf, job->lim, &p, &bvals, bat);
         if (rc == 0) rc = raw_values(im, job->buf, job->lim, &p, &vals, at);
-        if (rc == 0) rc = raw_emit(o, BEFORE, &img, sh->bnames, job->esc[1], &bvals, bat, bn, 0);
-        if (rc == 0) rc = raw_emit(o, AFTER, &img, sh->names, job->esc[0], &vals, at, an, 0);
+        if (rc == 0) rc = raw_emit(o, BEFORE, sh->bnames, job->esc[1], &bvals, bat, bn, 0);
+        if (rc == 0) rc = raw_emit(o, AFTER, sh->names, job->esc[0], &vals, at, an, 0);
         if (rc || !sh->has_picks) {
             if (rc == 0) rc = emit_none(o, KEY);
             if (rc == 0) rc = emit_none(o, OLD_KEY);
             continue;
         }
-        rc = raw_emit(o, KEY, &img, sh->picks, job->esc[2], &vals, at, an, 1);
+        rc = raw_emit(o, KEY, sh->picks, job->esc[2], &vals, at, an, 1);
         if (rc) continue;
         /* before_key: set when every key column is in the before image and the values
          * differ (partitions._block_json); equal text is equal value for these kinds
@@ -752,11 +765,10 @@ static int raw_rows(const RawJob *job, const Shape *sh, Out *o) {
             }
         }
         rc = same ? emit_none(o, OLD_KEY)
-                  : raw_emit(o, OLD_KEY, &img, sh->old_picks, job->esc[3], &bvals, bat, bn, 1);
+                  : raw_emit(o, OLD_KEY, sh->old_picks, job->esc[3], &bvals, bat, bn, 1);
     }
     PyMem_Free(vals.p);
     PyMem_Free(bvals.p);
-    PyMem_Free(img.p);
     PyMem_Free(at);
     return rc;
 }

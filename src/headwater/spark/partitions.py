@@ -347,15 +347,27 @@ class _Columns:
                 column, kind = runs[j], schema.field(name).type
                 if column and column.count(column[0]) == len(column):
                     first = column[0]
-                    arrays[name] = (
-                        pa.nulls(self.rows, kind)
-                        if first is None
-                        else pa.repeat(pa.scalar(first, kind), self.rows)
-                    )
+                    key = (name, first, self.rows)
+                    repeated = _REPEATS.get(key)
+                    if repeated is None:
+                        if len(_REPEATS) >= 256:
+                            _REPEATS.clear()
+                        repeated = _REPEATS[key] = (
+                            pa.nulls(self.rows, kind)
+                            if first is None
+                            else pa.repeat(pa.scalar(first, kind), self.rows)
+                        )
+                    arrays[name] = repeated
                     continue
                 values = pa.array(column, type=kind)
                 arrays[name] = values if one_each else values.take(which)
         return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+
+#: A run column's one value repeated for a whole batch, by column, value and rows: the
+#: same few arrays (the source, a table's names, the binlog file, no sql) for batch after
+#: batch of full size, built once (Arrow arrays are immutable; about 30 us each to build).
+_REPEATS: dict[tuple[str, Any, int], pyarrow.Array] = {}
 
 
 def _key_picks(key_names: tuple[str, ...] | None, names: list[str]) -> list[tuple[str, int]] | None:
