@@ -46,7 +46,12 @@ growth itself (a 50 ms poll saw it up to 50 ms late), and with a byte limit the 
 landed so far are planned while it waits (``scan_batch``'s ``resume``: record headers
 only), so the cut needs no scan of its own: a catch-up of 15,000 one-row transactions
 spent about 150 ms in the gate and 40-70 ms in the scan after it, now about 100 ms in
-all (``bench/pipeline.py``'s single-row round, load 3-4).
+all (``bench/pipeline.py``'s single-row round, load 3-4). Until ``BURST_RECORDS`` records
+of the burst have landed, the quiet period is ``EARLY_QUIET`` (3) times as long: a
+restarted reader's first group commit holds one record, and its next landed 32-108 ms
+later in bench/kafka.py's rounds at load 6-8 (a watch of the head file; the later gaps of
+those catch-ups 0.1-45 ms, most under 25), so that two of five rounds were cut after one
+to three records and paid a second batch's fixed cost.
 
 Idle. With a ``tables`` option, new records that it filters out (the reader's heartbeats,
 other tables' changes) are not new data: ``latestOffset`` answers ``start`` for them
@@ -126,10 +131,14 @@ BURST_RECORDS = 64
 #: 600 rows of bench/kafka.py's table (its 1000-row INSERT is 57 KB of binlog events,
 #: its UPDATE 110 KB), six 200-row commits of bench/latency.py's 10,000 rows/s phase.
 BURST_BYTES = 32 << 10
+#: The quiet period's factor while a burst has fewer than BURST_RECORDS records (module
+#: docstring, "Bursts"): a restarted reader's first group commits pause the longest.
+EARLY_QUIET = 3
 
 __all__ = [
     "BURST_BYTES",
     "BURST_RECORDS",
+    "EARLY_QUIET",
     "IDLE_LONG_AFTER_S",
     "IDLE_WAIT_MAX_S",
     "IDLE_WAIT_S",
@@ -289,7 +298,7 @@ class BurstGate:
             return end
         if wait is not None:
             deadline = self.clock() + self.wait_s
-            quiet_until = min(self.clock() + self.quiet_s, deadline)
+            quiet_until = min(self.clock() + self._quiet(begin, end), deadline)
             if grown is not None:
                 grown(end)
             while (left := quiet_until - self.clock()) > 0:
@@ -297,7 +306,7 @@ class BurstGate:
                 now_end = current_end()
                 if now_end != end:
                     end = now_end
-                    quiet_until = min(self.clock() + self.quiet_s, deadline)
+                    quiet_until = min(self.clock() + self._quiet(begin, end), deadline)
                     if grown is not None:
                         grown(end)
         else:
@@ -310,6 +319,13 @@ class BurstGate:
                 end = now_end
         self.idle = False
         return end
+
+    def _quiet(self, begin: int | None, end: int) -> float:
+        """The quiet period after the log grew to ``end``: ``EARLY_QUIET`` times
+        ``quiet_s`` while fewer than :data:`BURST_RECORDS` records of the burst have
+        landed (module docstring, "Bursts")."""
+        early = begin is not None and end - begin < BURST_RECORDS
+        return self.quiet_s * EARLY_QUIET if early else self.quiet_s
 
 
 def _payload(changelog: LocalLog) -> Callable[[int, int], int]:

@@ -18,6 +18,7 @@ from headwater.spark.offsets import parse_options
 from headwater.spark.source import (
     BURST_BYTES,
     BURST_RECORDS,
+    EARLY_QUIET,
     BurstGate,
     HeadwaterStreamReader,
     _payload,
@@ -61,6 +62,20 @@ def test_one_large_record_after_an_idle_stream_is_waited_for_as_a_burst() -> Non
     assert gate.settle(11, log.end, begin=10, wait=log.wait, size=log.size) == 75
     assert log.sized == [(10, 11)]
     assert round(log.now - 100.0, 3) == 0.11  # 50 ms after the last landing
+
+
+def test_the_quiet_period_is_longer_until_the_burst_has_many_records() -> None:
+    # A restarted reader: its first record alone, its next group commit 100 ms later (a
+    # pause past the 50 ms quiet period), then groups 30 ms apart.
+    first = 11
+    later = first + BURST_RECORDS + 20
+    log = _Log([(0.0, first), (0.1, first + 30), (0.13, later)], {10: 57_000})
+    assert _gate(log).settle(first, log.end, begin=10, wait=log.wait, size=log.size) == later
+    assert round(log.now - 100.0, 3) == 0.18  # then the usual 50 ms after the last landing
+    # EARLY_QUIET (3) times 50 ms: a pause of 160 ms still cuts the burst
+    log = _Log([(0.0, first), (0.16, later)], {10: 57_000})
+    assert _gate(log).settle(first, log.end, begin=10, wait=log.wait, size=log.size) == first
+    assert round(log.now - 100.0, 3) == round(0.05 * EARLY_QUIET, 3) == 0.15
 
 
 def test_small_records_after_an_idle_stream_are_cut_at_once() -> None:
