@@ -29,11 +29,15 @@
  *
  * The GIL is released while the rows are joined: the pieces are parsed first (buffer
  * views held, a group's texts as a tuple of its bytes, so another thread changing the
- * caller's list frees nothing under the join), every row is then written into one buffer
- * with its end offset, touching raw memory only (PyMem_Raw*), and the bytes objects are
- * made from that buffer with the GIL again. The bus sinks' driver path joins in a writer
- * thread while the main thread decodes the next batch: with the GIL held, the join (and
- * the grouping around it) ran on one core at a time with the decoding.
+ * caller's list frees nothing under the join); without the GIL every row's length is
+ * measured (the escapes counted; raw memory only, PyMem_Raw*); with it, each row's bytes
+ * object is made at that length, uninitialised (PyBytes_FromStringAndSize(NULL, n)); and
+ * without it again each row is written straight into its object, which nobody else
+ * holds before the list is returned. The bus sinks' driver path joins in a writer thread
+ * while the main thread decodes the next batch: with the GIL held, the join (and the
+ * grouping around it) ran on one core at a time with the decoding. (Until 2026-11-25
+ * every row went into one growing buffer, then was copied into its bytes object: the
+ * reallocations and the second copy of ~470 bytes a row were most of the join's time.)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -60,53 +64,76 @@ typedef struct {
 } Piece;
 
 /* The join's failures, raised once the GIL is held again. */
-enum { E_OK = 0, E_MEMORY = -1, E_GROUP = -2, E_NODATA = -3 };
+enum { E_OK = 0, E_MEMORY = -1, E_GROUP = -2, E_NODATA = -3, E_LENGTH = -4 };
 
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-} Buf;
+static const uint64_t POW10[20] = {
+    1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+    100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL,
+    10000000000000ULL, 100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL,
+    100000000000000000ULL, 1000000000000000000ULL, 10000000000000000000ULL,
+};
 
-/* Raw memory only: called without the GIL. */
-static int reserve(Buf *b, Py_ssize_t need) {
-    if (b->cap - b->len >= need) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 1024;
-    while (cap - b->len < need) {
-        if (cap > PY_SSIZE_T_MAX / 2) return E_MEMORY;
-        cap *= 2;
+/* Decimal digits of ``u`` without a division: log10 from the bit length (1233 / 4096 is
+ * just above log10(2)), then one comparison. (A division per digit, twice a value, was
+ * half of the join's time: a row's timestamps and sequences have 13-16 digits.) */
+static int digits(uint64_t u) {
+    int t = ((64 - __builtin_clzll(u | 1)) * 1233) >> 12;
+    t += u >= POW10[t];
+    return t ? t : 1;
+}
+
+static uint64_t magnitude(int64_t v) { return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v; }
+
+/* Digits (and sign) of an int64's decimal text. */
+static Py_ssize_t int_len(int64_t v) { return digits(magnitude(v)) + (v < 0); }
+
+static const char PAIRS[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* ``v``'s decimal text at ``o`` (int_len(v) bytes), two digits at a time from the end. */
+static char *write_int(char *o, int64_t v) {
+    uint64_t u = magnitude(v);
+    if (v < 0) *o++ = '-';
+    char *end = o + digits(u), *w = end;
+    while (u >= 100) {
+        unsigned pair = (unsigned)(u % 100) * 2;
+        u /= 100;
+        *--w = PAIRS[pair + 1];
+        *--w = PAIRS[pair];
     }
-    char *p = PyMem_RawRealloc(b->p, (size_t)cap);
-    if (p == NULL) return E_MEMORY;
-    b->p = p;
-    b->cap = cap;
-    return 0;
+    if (u >= 10) {
+        *--w = PAIRS[u * 2 + 1];
+        *--w = PAIRS[u * 2];
+    } else {
+        *--w = (char)('0' + u);
+    }
+    return end;
 }
 
-static int put(Buf *b, const char *s, Py_ssize_t n) {
-    if (reserve(b, n) < 0) return E_MEMORY;
-    memcpy(b->p + b->len, s, (size_t)n);
-    b->len += n;
-    return 0;
-}
+/* Bytes out per byte in of put_json_string: 1 as it is, 2 for the short escapes, 6 for
+ * \u00XX. */
+static const uint8_t ESCAPED_LEN[32] = {
+    6, 6, 6, 6, 6, 6, 6, 6, 2, 2, 2, 6, 2, 2, 6, 6,
+    6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6,
+};
 
-static int put_int(Buf *b, int64_t v) {
-    char tmp[24];
-    int i = 24;
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[--i] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0) tmp[--i] = '-';
-    return put(b, tmp + i, 24 - i);
+static Py_ssize_t json_string_len(const uint8_t *s, Py_ssize_t n) {
+    Py_ssize_t len = n + 2; /* the quotes */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        if (c < 0x20)
+            len += ESCAPED_LEN[c] - 1;
+        else if (c == '"' || c == '\\')
+            len += 1;
+    }
+    return len;
 }
 
 static const char HEX[] = "0123456789abcdef";
 
-static int put_json_string(Buf *b, const uint8_t *s, Py_ssize_t n) {
-    /* at most 6 bytes out per byte in, and the quotes */
-    if (reserve(b, n * 6 + 2) < 0) return E_MEMORY;
-    char *o = b->p + b->len;
+static char *write_json_string(char *o, const uint8_t *s, Py_ssize_t n) {
     *o++ = '"';
     for (Py_ssize_t i = 0; i < n; i++) {
         uint8_t c = s[i];
@@ -132,8 +159,7 @@ static int put_json_string(Buf *b, const uint8_t *s, Py_ssize_t n) {
         }
     }
     *o++ = '"';
-    b->len = o - b->p;
-    return 0;
+    return o;
 }
 
 static int is_valid(const Piece *p, Py_ssize_t i) {
@@ -233,49 +259,127 @@ static void release(Piece *p) {
     PyMem_Free(p->group_len);
 }
 
-/* One row's piece; without the GIL (raw buffers and the held group texts only). */
-static int put_piece(Buf *b, const Piece *p, Py_ssize_t i) {
+/* A string piece's bytes of row i (``*len`` 0 and NULL for an empty value). */
+static int str_span(const Piece *p, Py_ssize_t i, const uint8_t **at, Py_ssize_t *len) {
+    Py_ssize_t j = p->offset + i;
+    int64_t start, end;
+    if (p->wide) {
+        start = ((const int64_t *)p->values)[j];
+        end = ((const int64_t *)p->values)[j + 1];
+    } else {
+        start = ((const int32_t *)p->values)[j];
+        end = ((const int32_t *)p->values)[j + 1];
+    }
+    *at = NULL;
+    *len = 0;
+    if (end == start) return E_OK;
+    if (p->data == NULL || end < start) return E_NODATA;
+    *at = p->data + start;
+    *len = (Py_ssize_t)(end - start);
+    return E_OK;
+}
+
+/* The length of one row's piece, added to ``*len``; checks what writing it relies on.
+ * Without the GIL (raw buffers and the held group texts only). */
+static int piece_len(const Piece *p, Py_ssize_t i, Py_ssize_t *len) {
+    Py_ssize_t add;
     switch (p->kind) {
     case P_CONST:
-        return put(b, p->text, p->text_len);
+        add = p->text_len;
+        break;
     case P_GROUP: {
         Py_ssize_t g = p->indices ? p->indices[p->offset + i] : 0;
         if (g < 0 || g >= p->ngroups) return E_GROUP;
-        return put(b, p->group_text[g], p->group_len[g]);
+        add = p->group_len[g];
+        break;
     }
     case P_INT:
-        if (!is_valid(p, i)) return put(b, "null", 4);
-        return put_int(b, ((const int64_t *)p->values)[p->offset + i]);
+        add = is_valid(p, i) ? int_len(((const int64_t *)p->values)[p->offset + i]) : 4;
+        break;
     default: { /* P_STR */
-        if (!is_valid(p, i)) return put(b, "null", 4);
-        Py_ssize_t j = p->offset + i;
-        int64_t start, end;
-        if (p->wide) {
-            start = ((const int64_t *)p->values)[j];
-            end = ((const int64_t *)p->values)[j + 1];
-        } else {
-            start = ((const int32_t *)p->values)[j];
-            end = ((const int32_t *)p->values)[j + 1];
+        if (!is_valid(p, i)) {
+            add = 4;
+            break;
         }
-        if (end == start) return p->mode ? put(b, "\"\"", 2) : 0;
-        if (p->data == NULL || end < start) return E_NODATA;
-        if (p->mode) return put_json_string(b, p->data + start, (Py_ssize_t)(end - start));
-        return put(b, (const char *)p->data + start, (Py_ssize_t)(end - start));
+        const uint8_t *at;
+        Py_ssize_t n;
+        int rc = str_span(p, i, &at, &n);
+        if (rc < 0) return rc;
+        if (p->mode == 0)
+            add = n;
+        else if (n > (PY_SSIZE_T_MAX - 2) / 6)
+            return E_MEMORY;
+        else
+            add = json_string_len(at, n);
     }
     }
+    if (add > PY_SSIZE_T_MAX - *len) return E_MEMORY;
+    *len += add;
+    return E_OK;
 }
 
-/* Every row into ``b``, row i's value ending at ``ends[i]``; without the GIL. */
-static int join_rows(Buf *b, Py_ssize_t *ends, const Piece *pieces, Py_ssize_t np,
-                     Py_ssize_t n) {
+/* One row's piece written at ``o`` (its length counted by piece_len, which checked it);
+ * the end. Without the GIL. */
+static char *write_piece(char *o, const Piece *p, Py_ssize_t i) {
+    switch (p->kind) {
+    case P_CONST:
+        memcpy(o, p->text, (size_t)p->text_len);
+        return o + p->text_len;
+    case P_GROUP: {
+        Py_ssize_t g = p->indices ? p->indices[p->offset + i] : 0;
+        memcpy(o, p->group_text[g], (size_t)p->group_len[g]);
+        return o + p->group_len[g];
+    }
+    case P_INT:
+        if (!is_valid(p, i)) break;
+        return write_int(o, ((const int64_t *)p->values)[p->offset + i]);
+    default: { /* P_STR */
+        if (!is_valid(p, i)) break;
+        const uint8_t *at;
+        Py_ssize_t n;
+        str_span(p, i, &at, &n);
+        if (p->mode) return write_json_string(o, at, n);
+        if (n) memcpy(o, at, (size_t)n);
+        return o + n;
+    }
+    }
+    memcpy(o, "null", 4);
+    return o + 4;
+}
+
+/* Every row's length into ``lens``; without the GIL. */
+static int measure_rows(Py_ssize_t *lens, const Piece *pieces, Py_ssize_t np, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len = 0;
         for (Py_ssize_t k = 0; k < np; k++) {
-            int rc = put_piece(b, &pieces[k], i);
+            int rc = piece_len(&pieces[k], i, &len);
             if (rc < 0) return rc;
         }
-        ends[i] = b->len;
+        lens[i] = len;
     }
     return E_OK;
+}
+
+/* Every row written into ``dest[i]`` (``lens[i]`` bytes each); without the GIL. */
+static int write_rows(char **dest, const Py_ssize_t *lens, const Piece *pieces, Py_ssize_t np,
+                      Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char *o = dest[i];
+        for (Py_ssize_t k = 0; k < np; k++) o = write_piece(o, &pieces[k], i);
+        if (o - dest[i] != lens[i]) return E_LENGTH;
+    }
+    return E_OK;
+}
+
+static void raise_join_error(int rc) {
+    if (rc == E_MEMORY)
+        PyErr_NoMemory();
+    else if (rc == E_GROUP)
+        PyErr_SetString(PyExc_IndexError, "group index out of range");
+    else if (rc == E_NODATA)
+        PyErr_SetString(PyExc_ValueError, "string column without data");
+    else
+        PyErr_SetString(PyExc_SystemError, "busjoin: a row's length changed between passes");
 }
 
 static PyObject *join(PyObject *self, PyObject *args) {
@@ -290,9 +394,9 @@ static PyObject *join(PyObject *self, PyObject *args) {
     if (fast == NULL) return NULL;
     Py_ssize_t np = PySequence_Fast_GET_SIZE(fast);
     Piece *pieces = PyMem_Calloc((size_t)(np ? np : 1), sizeof(Piece));
-    Py_ssize_t *ends = NULL;
+    Py_ssize_t *lens = NULL;
+    char **dest = NULL;
     PyObject *out = NULL;
-    Buf b = {NULL, 0, 0};
     Py_ssize_t parsed = 0;
     if (pieces == NULL) {
         PyErr_NoMemory();
@@ -303,44 +407,45 @@ static PyObject *join(PyObject *self, PyObject *args) {
             parsed++; /* release what it took */
             goto done;
         }
-    ends = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
-    if (ends == NULL) {
+    lens = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    dest = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(char *));
+    if (lens == NULL || dest == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = join_rows(&b, ends, pieces, np, n);
-    Py_END_ALLOW_THREADS
-    if (rc == E_MEMORY) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (rc == E_GROUP) {
-        PyErr_SetString(PyExc_IndexError, "group index out of range");
-        goto done;
-    }
-    if (rc == E_NODATA) {
-        PyErr_SetString(PyExc_ValueError, "string column without data");
+    /* (measured with the GIL held: a second release would be a second wait for the GIL,
+     * up to the switch interval, 5 ms, when the decoding thread holds it) */
+    int rc = measure_rows(lens, pieces, np, n);
+    if (rc < 0) {
+        raise_join_error(rc);
         goto done;
     }
     out = PyList_New(n);
     if (out == NULL) goto done;
-    for (Py_ssize_t i = 0, at = 0; i < n; at = ends[i], i++) {
-        PyObject *v = PyBytes_FromStringAndSize(b.p ? b.p + at : "", ends[i] - at);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* uninitialised contents, written below: nobody else holds these objects yet */
+        PyObject *v = PyBytes_FromStringAndSize(NULL, lens[i]);
         if (v == NULL) {
             Py_CLEAR(out);
             goto done;
         }
         PyList_SET_ITEM(out, i, v);
+        dest[i] = PyBytes_AS_STRING(v);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = write_rows(dest, lens, pieces, np, n);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        raise_join_error(rc);
+        Py_CLEAR(out);
     }
 done:
     if (pieces != NULL) {
         for (Py_ssize_t k = 0; k < parsed; k++) release(&pieces[k]);
         PyMem_Free(pieces);
     }
-    PyMem_RawFree(ends);
-    PyMem_RawFree(b.p);
+    PyMem_RawFree(lens);
+    PyMem_RawFree(dest);
     Py_DECREF(fast);
     return out;
 }

@@ -237,3 +237,23 @@ def test_the_c_join_lets_another_thread_run_while_it_joins() -> None:
     assert len(values) == n
     assert values[0] == b'{"g":0,"n":0}' and values[-1] == b'{"g":0,"n":999999}'
     assert values[500_002] == b'{"g":1,"n":500002}'
+
+
+def test_the_c_join_writes_integers_of_every_length_and_at_every_power_of_ten() -> None:
+    """The join counts an integer's digits from its bit length (no division) and writes
+    them two at a time: every power of ten and its neighbours, both signs, the int64
+    extremes and zero, as Python's ``str`` writes them (orjson's integers are the same)."""
+    from headwater._native._busjoin import join
+
+    values = {0, 2**63 - 1, -(2**63), -(2**63) + 1}
+    for k in range(19):
+        for v in (10**k - 1, 10**k, 10**k + 1, 2 * 10**k, 5 * 10**k - 1):
+            if v < 2**63:
+                values |= {v, -v}
+    for b in range(63):
+        values |= {2**b - 1, 2**b, -(2**b)}
+    numbers = sorted(values)
+    column = pa.array(numbers, pa.int64())
+    out = join(len(numbers), [b"[", (1, None, column.buffers()[1], 0), b"]"])
+    assert out == [f"[{v}]".encode() for v in numbers]
+    assert [orjson.loads(v)[0] for v in out] == numbers
