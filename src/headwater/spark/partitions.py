@@ -16,14 +16,20 @@ payload bytes, cut at record boundaries.
 
 Reading (executors). :func:`read_slice` opens its own log (task directory or HTTP
 connection), reads the slice's records one at a time, decodes each into change blocks
-(:func:`headwater.changes.decode_blocks`: one per rows event, the rows as value tuples)
-and yields ``pyarrow.RecordBatch`` es of the change schema
+(:func:`headwater.changes.decode_blocks`: one per rows event; with ``raw``, the rows of a
+plain rows event whose columns ``render_raw`` covers are kept as the event's bytes and
+only counted, other rows as value tuples) and yields ``pyarrow.RecordBatch`` es of the
+change schema
 (:func:`headwater.changes.schema.change_arrow_schema`; with the ``columns`` option only
 those columns, :func:`slice_schema`) of at most :data:`BATCH_ROWS` rows,
 the same rows as :func:`headwater.changes.decode_record` would give (a differential test
 holds the two equal). The JSON images are rendered in C straight into the batch's Arrow
 buffers (``headwater._native._imagejson``, the same text as the Python path, which runs
-where the extension is not built; tests/unit/spark/test_imagejson.py). Memory is one
+where the extension is not built; tests/unit/spark/test_imagejson.py): from the rows
+event's bytes, with no Python object per value, where ``render_raw`` can (integers,
+floats, DECIMAL, temporals, bytes and utf8/ascii/latin1 text; it declines wherever its
+text could differ, and the rows are then decoded; tests/unit/spark/test_rowjson.py),
+else from the decoded value tuples (``render_block``). Memory is one
 record plus one batch: a large transaction is stored as chunk records and a slice
 boundary may fall between its chunks (or inside one, at a row); every row carries
 ``sequence`` (``seq << 24 | row``) and its position, so order across slices is

@@ -18,16 +18,18 @@ appends nothing, and the block's output is still the decoded path's.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from headwater._native._imagejson import JsonColumns, RowShape, render_raw
-from headwater.binlog.codec import RowDecoder
+from headwater.binlog.codec import ColumnDef, RowDecoder
 from headwater.binlog.constants import EVENT_HEADER, EVENT_HEADER_SIZE, ColumnType as T, EventType
 from headwater.changes import ChangeBlock, RawRows, decode_blocks, encode_events
 from headwater.position import Position
@@ -355,3 +357,25 @@ def test_decode_blocks_keeps_rows_as_bytes_with_the_same_rows() -> None:
     assert [len(b) for b in raw] == [len(b) for b in decoded] == [3, 2]
     assert [b.materialize() for b in raw] == [b.rows for b in decoded]
     assert [b.raw for b in raw] == [None, None]
+
+
+def test_latin1_columns_of_the_schema_history_render_from_bytes() -> None:
+    # A column whose charset comes from the schema history as Python's iso8859-1 (the
+    # "latin1" kind: every byte its own code point, 0x80-0x9f too, unlike mysql-latin1).
+    cols: list[Column] = [_col(T.LONG), _col(T.VARCHAR, 400)]
+    tm = table(cols)
+    tm = dataclasses.replace(tm, charsets=None)
+    dec = RowDecoder(tm, [ColumnDef("c0"), ColumnDef("c1", charset="iso8859-1")])
+    assert dec._specs is not None and dec._specs[1] is not None and dec._specs[1][0] == "latin1"
+    data = bytes(range(256))
+    body = rows_body(1, 2, image([enc_int(5, 4), enc_prefixed(data, 2)]))
+    at = len(rows_body(1, 2, b""))
+    shape = dec.json_shape((0, 1))
+    raw = RawRows(dec, body, at, len(body), (0, 1), (), False, 1, (None, shape))
+    args = ("db", "t", "insert", Position(1, 1, 4, 0), 0)
+    block = ChangeBlock(*args, [], [], ["c0", "c1"], ("c0",), None, raw)
+    decoded = ChangeBlock(*args, raw.decode(), [], ["c0", "c1"], ("c0",))
+    took, got = direct(block, 0, 1)
+    assert took
+    assert got == list(rendered(decoded, 0, 1))
+    assert orjson.loads(got[1][2][1])["c1"] == data.decode("iso8859-1")
