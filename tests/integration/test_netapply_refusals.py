@@ -14,6 +14,8 @@ The refusals produced from a real server:
 
 * A DDL statement in the range: ``TRUNCATE TABLE`` between writes (no schema change: the net path's
   DDL check refuses, not the schema-version one); the net effect cannot express it.
+* ``ALTER TABLE ... ADD COLUMN`` between writes: two schema versions in the range, which
+  the driver's look at the headers lets through and the job refuses.
 * ``SET SESSION binlog_row_image = NOBLOB`` (MariaDB manual, "binlog_row_image": BLOB
   and TEXT columns a statement does not change are left out). MINIMAL is refused alike
   (:func:`not_full_image`), but the existing path then fails on its updates (their after
@@ -249,6 +251,29 @@ def test_a_truncate_in_the_range_is_refused_and_applied_by_the_existing_path(
     _runner, plan = refused_then_applied(c, caplog, r"a DDL statement in store record \d+")
     assert c.checkpoints() == expected_checkpoints(c, plan, before)
     assert c.target.query(f"SELECT MIN(id), COUNT(*) FROM `{c.dst}`.t") == [(15, 26)]
+
+
+def test_a_schema_change_in_the_range_is_refused_and_applied_by_the_existing_path(
+    case: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` between writes: two schema versions of the table in
+    the range. The driver's look at the headers lets it through (each version alone is
+    one the key-first read takes); the job refuses it, the existing path applies the
+    rows on both sides of the DDL (with ``ddl: evolve``, the column added in between)."""
+    c: Case = case((INT_TABLE,), {"t": "id, HEX(v), n, extra"})
+    seed(c.source, c.db, range(1, 21))
+    c.run(caplog)
+    before = c.checkpoints()
+    c.source.execute(
+        "UPDATE t SET n = n + 100 WHERE id < 15",
+        "ALTER TABLE t ADD COLUMN extra INT NULL",
+        "UPDATE t SET extra = id * 2 WHERE id % 2 = 0",
+        *(f"INSERT INTO t VALUES ({i}, 'after {i}', {i}, -{i})" for i in range(30, 50)),
+        "DELETE FROM t WHERE id % 7 = 0",
+        database=c.db,
+    )
+    _runner, plan = refused_then_applied(c, caplog, "the schema changes in the range")
+    assert c.checkpoints() == expected_checkpoints(c, plan, before)
 
 
 def not_full_image(case: Any, caplog: pytest.LogCaptureFixture, image: str) -> None:
