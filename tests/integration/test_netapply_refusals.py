@@ -25,6 +25,9 @@ The refusals produced from a real server:
   back as ``61FF``), and Python's ascii codec cannot decode them. utf8mb4 is not
   producible: the server refuses ``X'61FF'`` in strict mode (error 1366) and stores
   ``'a?'`` otherwise.
+* A shard's checkpoint inside the range (the same pipeline name with a new checkpoint
+  location): the shard transactions refuse (``PartlyApplied``), the existing path applies
+  the rows above each checkpoint.
 * A value that does not convert exactly into its Arrow type: the same ascii bytes in a
   non-key column. The check is per shard (the survivors' values), so the other shard's
   transaction applies its part; the existing path then skips that shard by its checkpoint
@@ -33,6 +36,7 @@ The refusals produced from a real server:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Iterator
@@ -48,7 +52,7 @@ from headwater.binlog.dump import _escape_surrogates, json_default
 from headwater.changes import decode_record
 from headwater.config import FilterConfig
 from headwater.pipeline.config import load_pipeline_config
-from headwater.pipeline.direct import spark_shard
+from headwater.pipeline.direct import offset_at, spark_shard
 from headwater.pipeline.netapply import NetPlan
 from headwater.pipeline.runner import PipelineRunner
 from headwater.sandbox import MariadbSandbox
@@ -184,7 +188,7 @@ def expected_checkpoints(
     batch 1 applied once: a shard in ``by_net`` by the net path (one transaction, up to
     the range's last sequence; the existing path skips it), any other by the existing
     path (one transaction per stretch of rows between DDL statements holding a row of
-    the shard, up to the shard's last row), routed as the glue routes it
+    the shard and above its checkpoint, up to the shard's last row), routed as the glue routes it
     (:func:`~headwater.pipeline.direct.spark_shard` of the key text the change rows
     carry: headwater.spark.partitions, surrogate escapes as ``undecodable_text_base64``)."""
     log = open_log(plan.options)
@@ -198,6 +202,7 @@ def expected_checkpoints(
         ]
     finally:
         log.close()
+    held = {shard: max_sequence for shard, max_sequence, _a, _b in before}
     last: dict[int, int] = {}
     stretches: dict[int, set[int]] = {0: set(), 1: set()}
     stretch = 0
@@ -208,6 +213,8 @@ def expected_checkpoints(
         assert change.database == case.db and change.key is not None
         text = orjson.dumps(_escape_surrogates(change.key), default=json_default).decode()
         shard = spark_shard(case.dst, change.table, text, 2)
+        if change.sequence <= held[shard]:
+            continue  # applied before: the existing path skips it
         last[shard] = max(last.get(shard, 0), change.sequence)
         stretches[shard].add(stretch)
     assert set(last) == {0, 1}, "a shard without rows checks nothing"
@@ -274,6 +281,60 @@ def test_a_schema_change_in_the_range_is_refused_and_applied_by_the_existing_pat
     )
     _runner, plan = refused_then_applied(c, caplog, "the schema changes in the range")
     assert c.checkpoints() == expected_checkpoints(c, plan, before)
+
+
+def test_a_checkpoint_inside_the_range_is_refused_and_the_rest_applied_by_the_existing_path(
+    case: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same pipeline name with a new checkpoint location (other batch boundaries):
+    its first batch starts where the first location's batch 1 started, so each shard's
+    checkpoint (batch 1's, applied by the net path) lies inside the range. The shard
+    transactions refuse (``PartlyApplied``: a net effect cannot leave out the applied
+    part) and the existing path applies only the rows above each checkpoint."""
+    c: Case = case((INT_TABLE,), INT_SELECT)
+    seed(c.source, c.db, range(1, 21))
+    c.run(caplog)
+    c.source.execute("UPDATE t SET n = n + 100", "DELETE FROM t WHERE id % 6 = 0", database=c.db)
+    runner, refusals = c.run(caplog)
+    assert refusals == [] and runner.writer.net is not None
+    assert set(runner.writer.net.batches) == {1}  # batch 1: the net path
+    first = offset_at(c.path.parent / "ck", 0)
+    assert first is not None
+    c.source.execute(
+        "UPDATE t SET v = 'later' WHERE id % 2 = 0",
+        *(f"INSERT INTO t VALUES ({i}, 'later {i}', {i})" for i in range(40, 60)),
+        "DELETE FROM t WHERE id % 5 = 0",
+        database=c.db,
+    )
+    before = c.checkpoints()
+    second = c.path.parent / "second" / c.path.name
+    second.parent.mkdir()
+    second.write_text(
+        c.path.read_text()
+        .replace(f"checkpoint: {c.path.parent / 'ck'}", f"checkpoint: {second.parent / 'ck'}")
+        .replace(
+            "{driverApplyMaxRows: '0'}",
+            f"{{driverApplyMaxRows: '0', startingPosition: 'seq:{first.seq}'}}",
+        )
+    )
+    again = dataclasses.replace(c, path=second)
+    runner, refusals = again.run(caplog)
+    assert len(refusals) == 1 and refusals[0][0] == logging.INFO, refusals
+    assert re.fullmatch(
+        r"batch 0 takes the Spark path: shard [01] of batch 0: the checkpoint \(\d+\) is inside"
+        r" the range \[\d+, \d+\]",
+        refusals[0][1],
+    ), refusals
+    net = runner.writer.net
+    assert net is not None and net.batches == {}
+    c.assert_synced()
+    plan = net.plan_of(0)
+    assert plan is not None and plan.first_seq == first.seq
+    net.close()
+    assert all(plan.first_sequence <= m < plan.last_sequence for _s, m, _a, _b in before)
+    assert c.checkpoints() == [
+        (s, m, a, 0) for s, m, a, _b in expected_checkpoints(c, plan, before)
+    ]
 
 
 def not_full_image(case: Any, caplog: pytest.LogCaptureFixture, image: str) -> None:
