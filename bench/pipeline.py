@@ -91,12 +91,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from headwater.config import FilterConfig, HostConfig, SourceConfig, StartConfig
 from headwater.pipeline.config import parse_pipeline_config
+from headwater.pipeline.direct import offset_at
 from headwater.pipeline.runner import PipelineRunner
 from headwater.position import BinlogCoordinate
 from headwater.sandbox import MariadbSandbox, SandboxOptions
@@ -541,19 +540,16 @@ def stored_through(log: Any, gtid_pos: str) -> int | None:
     return end if last is not None and last.gtid == gtid_pos else None
 
 
-def applied_all(query: Any, end_seq: int) -> bool:
-    """The query's last finished batch ends at ``end_seq`` (the log's end once the reader
-    stored the source's last transaction). ``lastProgress`` is posted once a batch has
-    committed (its sink writes and Spark's commit log), so that batch is applied. Whether
-    a trigger is active does not matter: after its last batch an idle stream's trigger
-    stays active in ``latestOffset``'s wait for new records (up to
-    ``headwater.spark.source.IDLE_WAIT_S``), which is not apply time."""
-    progress = query.lastProgress
-    if not progress:
-        return False
-    end = progress["sources"][0]["endOffset"]
-    doc = orjson.loads(end) if isinstance(end, str) else end
-    return bool(doc and int(doc["seq"]) >= end_seq)
+def applied_all(runner: PipelineRunner, end_seq: int) -> bool:
+    """The pipeline's ``foreachBatch`` has returned (every sink committed) for a batch
+    whose end (Spark's offset log, written before the batch runs) reaches ``end_seq`` (the
+    log's end once the reader stored the source's last transaction). Read in Python, as
+    bench/kafka.py does: until 2026-11-25 this polled the query's ``lastProgress`` every
+    20 ms, a Py4J call whose report the JVM builds as JSON (0.1-0.3 CPU-s of the JVM a
+    round, measured by bench/kafka.py), counted in the round. Spark's commit log and
+    progress report after the batch are not apply time."""
+    end = offset_at(runner.config.checkpoint, runner.writer.last_committed)
+    return end is not None and end.seq >= end_seq
 
 
 def main() -> None:
@@ -727,13 +723,15 @@ def main() -> None:
             reader_s = time.perf_counter() - t0
             end_seq = stored_through(log, gtid)
             assert end_seq is not None
-            wait(lambda: applied_all(query, end_seq), 300, "the pipeline", period=0.02)
+            wait(lambda: applied_all(runner, end_seq), 300, "the pipeline", period=0.01)
             hw_s = time.perf_counter() - t0
             jvm_s, py_s = (b - a for a, b in zip(cpu0, spark_cpu(), strict=True))
             jit_s = jit_cpu() - jit0
             reader_cpu = own_cpu(pid) - reader0
             cpu.setdefault(table[:1], []).append((jvm_s / changes, py_s / changes))
             log.close()
+            last = runner.writer.last_committed  # its report comes after Spark's commit
+            wait(lambda: (query.lastProgress or {}).get("batchId", -1) >= last, 60, "the report")
             for p in query.recentProgress:
                 if p["batchId"] > before and p["numInputRows"]:
                     d = p["durationMs"]
