@@ -12,7 +12,12 @@ for a batch of any size:
    (:func:`headwater.pipeline.direct.offset_at`): batch 0 and missing or unreadable
    offset files take the Spark path;
 2. the slice is decoded by :func:`headwater.spark.partitions.read_slice` (what an
-   executor runs) batch by batch: never the whole micro-batch in memory. Each batch runs
+   executor runs) batch by batch: never the whole micro-batch in memory. On a task
+   directory its first records were read ahead (the SQL sinks' driver path's
+   :class:`~headwater.pipeline.direct.Prefetch`, from the last batch's end once at least
+   64 records wait there: a catch-up) while the source's burst gate let them land and
+   Spark planned the batch, when the driver is idle (reading them was 15% of the
+   decoding thread's GIL samples in bench/kafka.py). Each batch runs
    through the transforms' Python row operations
    (:class:`headwater.pipeline.direct.RowTransforms`) and loses ``commit_ts`` as
    :func:`~headwater.sinks.bus.spark.write_partitions` drops it;
@@ -38,7 +43,8 @@ default) Spark cuts its Arrow batches by bytes, which this path does not copy; w
 UMS format such a batch's messages may be grouped differently on the two paths.
 
 Memory: at most :data:`QUEUE_BATCHES` Arrow batches queued per writer, one partial batch
-held per writer, and the decoder's current batch. A writer that fails stops the read
+held per writer, the decoder's current batch, and the records read ahead
+(``driverApplyMaxRows`` records and 64 MiB of payload at most). A writer that fails stops the read
 (nothing more is decoded for nothing); the first error, by sink order then task index, is
 raised from ``foreachBatch`` as the Spark path's job failure would be, and the batch is
 run again from its offsets at the next start.
@@ -65,6 +71,7 @@ from headwater.errors import HeadwaterError
 from headwater.pipeline.direct import (
     SPARK_SEED,
     DirectBatch,
+    Prefetch,
     RowTransforms,
     driver_unsupported,
     offset_at,
@@ -77,7 +84,9 @@ if TYPE_CHECKING:
 
     from headwater.pipeline.config import PipelineConfig
     from headwater.sinks.bus.spark import Writer
+    from headwater.spark.logaccess import HttpLog, LocalLog
     from headwater.spark.offsets import LogOffset, SourceOptions
+    from headwater.store import Record
 
 __all__ = ["BusDirect", "bus_unsupported", "murmur3_hash", "spark_task"]
 
@@ -324,6 +333,11 @@ class BusDirect:
         self.batches: dict[int, DirectBatch] = {}
         #: batch id -> messages sent, all sinks together (the newest 1000 batches)
         self.sent: dict[int, int] = {}
+        #: the next batch's records read ahead (module docstring, step 2; task
+        #: directories only)
+        self.prefetch = (
+            Prefetch(options, options.direct_max_rows) if options.path is not None else None
+        )
 
     @classmethod
     def of(cls, config: PipelineConfig, sinks: Sequence[Any]) -> BusDirect | None:
@@ -349,7 +363,9 @@ class BusDirect:
         return patch_reports(self.batches, reports)
 
     def close(self) -> None:
-        """(Nothing is kept open between batches: each opens its log and writers.)"""
+        """End the prefetch (each batch opens its log and writers)."""
+        if self.prefetch is not None:
+            self.prefetch.close()
 
     def range_of(self, batch_id: int) -> tuple[LogOffset, LogOffset] | None:
         """Batch ``batch_id``'s offsets from Spark's offset log (None: the Spark path)."""
@@ -361,27 +377,38 @@ class BusDirect:
     def apply(self, spark: SparkSession, batch_id: int) -> DirectBatch | None:
         """Send batch ``batch_id`` to every sink from the driver; None: it is the Spark
         job's (nothing sent)."""
+        from headwater.spark.logaccess import open_log
         from headwater.spark.partitions import LogSlice, read_slice
 
         t0 = time.monotonic()
         span = self.range_of(batch_id)
-        if span is None:
-            return None
-        rows = _arrow_rows(spark)
-        if rows <= 0:  # (no row limit: Spark hands the task its rows as one batch)
+        rows = _arrow_rows(spark) if span is not None else 0
+        if span is None or rows <= 0:  # (no row limit: Spark hands the task one batch)
+            if self.prefetch is not None:
+                self.prefetch.pause()
             return None
         begin, end = span
         routes = [_Route(s, batch_id, rows, type(s).__name__) for s in self.sinks]
         out = DirectBatch()
+        source = open_log(self.options)  # (as an executor's task opens one)
         try:
+            stop = end.seq + 1 if end.row > 0 else end.seq
+            held = [] if self.prefetch is None else self.prefetch.take_prefix(begin.seq, stop)
             last = None
-            for batch in read_slice(LogSlice(self.options, 0, begin.key(), end.key())):
+            part = LogSlice(self.options, 0, begin.key(), end.key())
+            for batch in read_slice(part, _Ahead(source, held)):
                 last = self._put(batch, routes, out, last)
         except BaseException as exc:
+            if self.prefetch is not None:
+                self.prefetch.pause()
             for route in routes:
                 for feed in route.feeds.values():
                     feed.abort(exc)
             raise
+        finally:
+            source.close()
+        if self.prefetch is not None:
+            self.prefetch.follow(end.seq)  # (the next batch starts in end's record)
         out.read_s = time.monotonic() - t0
         for route in routes:
             for feed in route.feeds.values():
@@ -434,6 +461,27 @@ class BusDirect:
         for route in routes:
             route.put(table)
         return int(sequence[-1].as_py())
+
+
+class _Ahead:
+    """A batch's log for the decoder: the records the prefetch read ahead (a run from
+    the batch's first seq, maybe empty), then the log for the rest."""
+
+    def __init__(self, log: LocalLog | HttpLog, held: list[Record]) -> None:
+        self.fde, self.schema = log.fde, log.schema
+        self._log, self._held = log, held
+
+    def records(self, first: int, end: int) -> Iterator[Record]:
+        after = first
+        for rec in self._held:
+            if first <= rec.seq < end:
+                yield rec
+                after = rec.seq + 1
+        if after < end:
+            yield from self._log.records(after, end)
+
+    def close(self) -> None:
+        """(The batch closes the log.)"""
 
 
 def _increasing(column: Any) -> bool:

@@ -202,3 +202,32 @@ def test_route_splits_rows_by_sparks_task_in_order() -> None:
         want.setdefault(spark_task(*triple, 3), []).append(seq)
     assert got == want
     assert len(got) == 3
+
+
+def test_a_batch_reads_the_records_read_ahead_then_the_log(tmp_path: Path) -> None:
+    """The driver's batch log (:class:`headwater.pipeline.busdirect._Ahead`): the run of
+    records the prefetch held from the batch's first seq, then the log for the rest; the
+    same records as a read of the log, whatever the prefetch held."""
+    from headwater.pipeline.busdirect import _Ahead
+    from headwater.position import Position
+    from headwater.spark.logaccess import LocalLog
+    from headwater.store import ChangeLog, Record
+
+    writer = ChangeLog.open(str(tmp_path / "changes"))
+    for i in range(1, 41):
+        writer.append_nowait(
+            Record(Position(1, 1, 100 + i), bytes([i]) * i, ts_us=i, gtid=f"0-1-{i}",
+                   tables=(("a.t", 1),))
+        )  # fmt: skip
+    writer.flush()
+    log = LocalLog(parse_options({"path": str(tmp_path)}), decoding=False)
+    try:
+        want = list(log.records(5, 30))
+        for held in (0, 1, 10, 25, 30):  # none, some, all of [5, 30), and past its end
+            ahead = _Ahead(log, list(log.records(5, 5 + held)))
+            got = list(ahead.records(5, 30))
+            assert [r.seq for r in got] == list(range(5, 30))
+            assert got == want
+    finally:
+        log.close()
+        writer.close()
