@@ -24,7 +24,10 @@ Starts a sandbox source MariaDB (binlog on) and a target MariaDB. Then, in the s
     replicator's binlog, the others the same workload on tables of their own
     (``t2``, ``t3``, ...), each committed while the reader is stopped again; the median
     rate counts (a round swings by a micro-batch, ~0.3-0.5 s, with whether the first
-    trigger sees the first transaction alone).
+    trigger sees the first transaction alone). With the reader in its own process
+    (2026-11-25) it stores the 800 000 changes in 0.2-0.5 s (0.10-0.16 CPU-s), and most
+    rounds are one batch of all of them; at load 4-9 the rounds took 2.3-7.4 s
+    (docs/operations.md, "Large catch-ups (the net path)", has the session's runs).
 
   Every target table is compared with its source (row count and checksum) before a
   rate counts.

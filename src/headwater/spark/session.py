@@ -32,6 +32,17 @@ default log level`` lines, log4j's start-up warnings (loopback host name, native
 logger ``headwater.spark.jvm``: those known start-up lines at DEBUG (shown with
 ``--log-level debug``), log4j lines at their own level, anything else at WARNING.
 
+The JIT compiler (``headwater.jvm.c1Only``, default off). A CDC pipeline's JVM mostly
+plans micro-batches and runs small jobs (its rows go by the driver or net paths): its C2
+compiler thread kept compiling Spark's per-job code in every batch (0.2-0.9 CPU-s of a
+bench/pipeline.py round, never settling). ``headwater.jvm.c1Only: "true"`` in the
+pipeline's ``spark.conf`` adds ``-XX:TieredStopAtLevel=1`` (C1 only) to the JVMs'
+options: measured 2026-11-25 (paired runs, load 4-9), the round's JVM CPU 0.23-0.96
+against 0.45-1.68 CPU-s (JIT 0.04-0.15 against 0.19-1.06), bench/latency.py --quick's
+restart 10 s against 21 s. Not the default: the same session builder serves the
+JVM-heavy paths, and C1's code is slower there: bench/logs.py --quick 1.61 against 2.47
+(the log groups' generated code), bench/replay.py --quick 2.93-2.98 against 3.03-3.30.
+
 Class data sharing (local masters; :mod:`headwater.spark.cdsarchive`). Most of a JVM
 start is loading and verifying Spark's classes: about 11 CPU-seconds from launch to a
 ready session on this 2-core machine, and 5 more for the first job. With Java's dynamic
@@ -56,10 +67,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from headwater.errors import ConfigError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "C1_ONLY",
     "JDBC_DRIVER",
     "JDBC_JAR",
     "build_session",
@@ -71,6 +85,8 @@ __all__ = [
 ]
 
 JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
+#: The setting that turns C2 off (module docstring); read here, never passed to Spark.
+C1_ONLY = "headwater.jvm.c1Only"
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 
 
@@ -94,7 +110,9 @@ def session_conf(
     overrides them). Local masters only: the UI off (a test or a laptop run needs no web
     server), uncompressed shuffle blocks. A cluster keeps Spark's defaults there: its UI
     is how an operator sees executors and tasks (``spark.ui.enabled: "false"`` in the
-    pipeline's ``spark.conf`` turns it off)."""
+    pipeline's ``spark.conf`` turns it off). ``headwater.jvm.c1Only: "true"`` adds
+    ``-XX:TieredStopAtLevel=1`` to the driver's and executors' Java options (module
+    docstring)."""
     out = {
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
@@ -124,6 +142,12 @@ def session_conf(
     if os.path.exists(JDBC_JAR):
         out["spark.jars"] = JDBC_JAR
     out.update(conf or {})
+    c1_only = out.pop(C1_ONLY, "false").strip().lower()
+    if c1_only not in ("true", "false"):
+        raise ConfigError(f"spark.conf {C1_ONLY} is 'true' or 'false', not {c1_only!r}")
+    if c1_only == "true":
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            out[key] = f"{out.get(key, '')} -XX:TieredStopAtLevel=1".strip()
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from headwater.errors import ConfigError
 from headwater.spark.session import is_local, session_conf, spark_log_level
 
 
@@ -54,3 +55,19 @@ def test_bulk_waves_spread_over_all_cores(chunks: int, cores: int, tasks: int) -
     assert bulk_slices(chunks, cores) == tasks
     if chunks:
         assert -(-chunks // tasks) <= BULK_PER_TASK  # no task holds more than it may
+
+
+def test_c1_only_adds_the_option_to_both_jvms_and_never_reaches_spark() -> None:
+    plain = session_conf("local[2]")
+    assert "TieredStopAtLevel" not in plain["spark.driver.extraJavaOptions"]
+    conf = session_conf("local[2]", conf={"headwater.jvm.c1Only": "True"})
+    assert "headwater.jvm.c1Only" not in conf
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        assert conf[key] == plain[key] + " -XX:TieredStopAtLevel=1"
+    own = session_conf(
+        "yarn", conf={"spark.driver.extraJavaOptions": "-Xss4m", "headwater.jvm.c1Only": "true"}
+    )
+    assert own["spark.driver.extraJavaOptions"] == "-Xss4m -XX:TieredStopAtLevel=1"
+    assert session_conf("local[2]", conf={"headwater.jvm.c1Only": "false"}) == plain
+    with pytest.raises(ConfigError, match="c1Only"):
+        session_conf("local[2]", conf={"headwater.jvm.c1Only": "yes"})
