@@ -78,7 +78,9 @@ CPU seconds of the Spark JVM (its own threads), of its Python workers per change
 the reader process (from /proc: less swayed by the machine's load than the round's wall
 time). ``--no-naive`` leaves the naive replicator out (about 5 minutes of a full run);
 ``--batched-only`` runs the batched workload only (MariaDB's replication and headwater's
-rounds: paired runs of the target figure in about 2 minutes).
+rounds: paired runs of the target figure in about 2 minutes); ``--spark-conf key=value``
+adds to the pipeline's ``spark.conf`` (``headwater.jvm.c1Only=true``: the JVM without C2,
+``headwater.spark.session``).
 """
 
 from __future__ import annotations
@@ -378,11 +380,17 @@ def naive(source: MariadbSandbox, target: MariadbSandbox, start: tuple[str, int]
 
 
 def pipeline_yaml(
-    task_dir: Path, target: MariadbSandbox, checkpoint: Path, net_apply: bool = True
+    task_dir: Path,
+    target: MariadbSandbox,
+    checkpoint: Path,
+    net_apply: bool = True,
+    spark_conf: dict[str, str] | None = None,
 ) -> str:
     net = "" if net_apply else ", netApply: 'false'"
+    conf = ", ".join(f"{k}: '{v}'" for k, v in (spark_conf or {}).items())
+    spark = f"spark: {{conf: {{{conf}}}}}\n" if conf else ""
     return (
-        "name: bench\n"
+        f"name: bench\n{spark}"
         # A byte limit plans batches from record headers; a row limit would decode every
         # record on the driver to count rows. Two input partitions: two cores.
         f"source: {{path: {task_dir}, partitions: 2,"
@@ -583,6 +591,12 @@ def main() -> None:
         help="netApply: 'false' (large batches through the Spark job, not the net-effect apply)",
     )
     ap.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        help="key=value, the pipeline's spark.conf (headwater.jvm.c1Only=true: C2 off)",
+    )
+    ap.add_argument(
         "--no-naive", action="store_true", help="leave the naive replicator out (~5 min a full run)"
     )
     ap.add_argument(
@@ -645,7 +659,13 @@ def main() -> None:
         reader.start()
         wait(lambda: (tmp / "task" / "changes").is_dir(), 60, "the reader's log")
         pipeline = parse_pipeline_config(
-            pipeline_yaml(tmp / "task", target, tmp / "checkpoint", not args.no_net_apply),
+            pipeline_yaml(
+                tmp / "task",
+                target,
+                tmp / "checkpoint",
+                not args.no_net_apply,
+                dict(c.split("=", 1) for c in args.spark_conf),
+            ),
             file="bench.yaml",
         )
         runner = PipelineRunner(pipeline)
