@@ -62,7 +62,10 @@ def row(
 ) -> dict[str, Any]:
     """A change row as the pipeline carries it (JSON text images), sequence ``seq``."""
     image = after if after is not None else before
-    key = None if image is None or op == "ddl" else {c: image[c] for c in pk}
+    key = None if image is None or op == "ddl" else {c: image[c] for c in pk if c in image}
+    if key is not None and len(key) < len(pk) and before is not None:
+        # an update's MINIMAL after image lacks the key it left alone: the before image's
+        key = {c: image[c] if c in image else before[c] for c in pk}
     old = None
     if op == "update" and before is not None and key is not None:
         old = {c: before[c] for c in pk}

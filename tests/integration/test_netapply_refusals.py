@@ -17,9 +17,10 @@ The refusals produced from a real server:
 * ``ALTER TABLE ... ADD COLUMN`` between writes: two schema versions in the range, which
   the driver's look at the headers lets through and the job refuses.
 * ``SET SESSION binlog_row_image = NOBLOB`` (MariaDB manual, "binlog_row_image": BLOB
-  and TEXT columns a statement does not change are left out). MINIMAL is refused alike
-  (:func:`not_full_image`), but the existing path then fails on its updates (their after
-  image lacks the key, from which the change row's key is taken): not here until fixed.
+  and TEXT columns a statement does not change are left out) and ``MINIMAL`` (an
+  update's after image holds only the columns it set, not the key: the change row's key
+  then comes from the before image; before that was fixed the existing path failed on
+  these updates with a key of nulls).
 * A key kept as surrogate escapes: MariaDB stores bytes 0x80-0xFF in an ``ascii``
   column as sent, in strict mode too (seen on the sandbox's MariaDB: ``X'61FF'`` reads
   back as ``61FF``), and Python's ascii codec cannot decode them. utf8mb4 is not
@@ -377,6 +378,10 @@ def not_full_image(case: Any, caplog: pytest.LogCaptureFixture, image: str) -> N
 
 def test_a_noblob_row_image_is_refused(case: Any, caplog: pytest.LogCaptureFixture) -> None:
     not_full_image(case, caplog, "NOBLOB")
+
+
+def test_a_minimal_row_image_is_refused(case: Any, caplog: pytest.LogCaptureFixture) -> None:
+    not_full_image(case, caplog, "MINIMAL")
 
 
 def test_a_key_kind_the_key_pass_does_not_read_is_declined_up_front(

@@ -140,8 +140,15 @@ def history(seed: int, changes: int, undecodable: bool = True) -> list[dict[str,
             key = rnd.choice(sorted(live))
             before, live[key] = live[key], {"id": key[0], "tag": key[1], **values(rnd, undecodable)}
             after = live[key]
-            if rnd.random() < 0.25:  # a MINIMAL image: the key and some columns
-                after = {c: v for c, v in after.items() if c in pk or rnd.random() < 0.3}
+            if rnd.random() < 0.25:  # a MINIMAL image: the columns set (MariaDB leaves
+                # out the key the statement did not set; then the change's key comes from
+                # the before image)
+                keep = rnd.choice([c for c in after if c not in pk])
+                after = {
+                    c: v
+                    for c, v in after.items()
+                    if c == keep or rnd.random() < (0.5 if c in pk else 0.3)
+                }
                 live[key] = {**before, **after}
             out.append(row("update", seq, "src", "every", before, after, pk=pk))
         elif op == "rekey":
@@ -162,7 +169,7 @@ def live_keys(changes: list[dict[str, Any]]) -> list[tuple[int, str]]:
     """The keys live after ``changes``, from the change rows themselves."""
     live: set[tuple[int, str]] = set()
     for change in changes:
-        image = orjson.loads(change["after"] or change["before"])
+        image = orjson.loads(change["key"])
         if change["before_key"] is not None:
             old = orjson.loads(change["before_key"])
             live.discard((old["id"], old["tag"]))

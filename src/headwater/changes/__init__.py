@@ -117,7 +117,8 @@ class ChangeRow:
     ``op`` is ``insert``, ``update``, ``delete``, ``read`` (snapshot) or ``ddl``.
     ``before``/``after`` map column names to values (see docs/formats.md); with a MINIMAL
     row image they hold only the columns the server logged. ``key`` holds the primary key
-    values (from ``after``, or ``before`` for deletes), ``None`` when the table's key is
+    values (from ``after``, or ``before`` for deletes and for the key columns an update's
+    partial after image lacks), ``None`` when the table's key is
     unknown. ``ts_us`` is the commit timestamp in microseconds; ``txn_id`` the GTID, or
     ``FILE_NUM:OFFSET`` of the transaction where there is none.
     """
@@ -322,8 +323,17 @@ def block_changes(record: Any, block: ChangeBlock, source: str) -> list[ChangeRo
     key_names = block.key_names
     make = _make_change_row
     for before, after in block.images():
-        image = after if after is not None else before
-        key = None if key_names is None or image is None else {k: image.get(k) for k in key_names}
+        if key_names is None:
+            key = None
+        elif after is not None and before is not None:
+            # An update: a key column the after image lacks is the before image's (a
+            # MINIMAL after image holds only the columns the statement set, MariaDB
+            # sql/table.cc TABLE::mark_columns_per_binlog_row_image; the key then did not
+            # change, and the before image holds it).
+            key = {k: after[k] if k in after else before.get(k) for k in key_names}
+        else:
+            image = after if after is not None else before
+            key = None if image is None else {k: image.get(k) for k in key_names}
         out.append(
             make(source, database, table, op, ts_us, position, gtid, txn_id, n,
                  key, before, after, version, None)

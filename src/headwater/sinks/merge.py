@@ -72,6 +72,7 @@ __all__ = [
     "route",
     "route_row",
     "shard_of",
+    "written",
 ]
 
 PUT = "put"
@@ -470,6 +471,21 @@ def _bools(values: Any) -> Any:
 
 def _image(loads: Callable[[str], Any], text: str | None) -> dict[str, Any]:
     return {} if text is None else loads(text)
+
+
+def written(effect: NetEffect) -> dict[str, Any]:
+    """The column values ``effect`` writes: a delete's key; an upsert's image, with the key
+    columns it lacks taken from the key. A MINIMAL after image holds only the columns the
+    statement set (MariaDB sql/table.cc, ``TABLE::mark_columns_per_binlog_row_image``), so
+    an update that left the key alone logs an image without it; the change row's key then
+    holds it (from the before image), and the row it addresses is that key's."""
+    if effect.action == DELETE:
+        return effect.key
+    image = effect.image or {}
+    key = effect.key
+    if key and not key.keys() <= image.keys():
+        return {**key, **image}
+    return image
 
 
 def column_effect(cols: ChangeColumns, effect: ColumnEffect) -> NetEffect:

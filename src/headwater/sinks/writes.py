@@ -39,6 +39,7 @@ from headwater.sinks.merge import (
     ColumnEffect,
     NetEffect,
     column_effect,
+    written,
 )
 from headwater.sinks.values import ValueRules, column_converter
 
@@ -155,7 +156,7 @@ class _Planner:
             found = _table_def(self.config.schema, effect, self.batch_id, self.shard)
             tdef = self.tdefs[at] = self.canonical(found)
         delete = effect.action == DELETE
-        names = tuple(effect.key if delete else effect.image or {})
+        names = tuple(written(effect))
         return self.shape_for(tdef, delete, names, lambda: effect)
 
     def canonical(self, found: TableDef) -> TableDef:
@@ -244,7 +245,7 @@ def plan_writes(
     previous: NetEffect | None = None
     previous_names: KeysView[str] | None = None
     for effect in effects:
-        source = effect.key if effect.action == DELETE else effect.image or {}
+        source = written(effect)
         names = source.keys()
         if (
             write is None
@@ -293,30 +294,38 @@ def plan_column_writes(
     action_was = ""
     names_were: KeysView[str] | None = None
     found_was: TableDef | None = None
+    add_key = False
     for effect in effects:
         _, last, action, image = effect
         source: dict[str, Any] = loads(keys[last]) if action == DELETE else image or {}  # type: ignore[arg-type]
         names = source.keys()
         found = definitions[last]
-        if (
+        new = (
             write is None
             or found is not found_was
             or action != action_was
             or names != names_were
             or tbl[last] != tbl[last_row]
             or db[last] != db[last_row]
-        ):
+        )
+        if new:  # an upsert of an image without the key (:func:`~merge.written`)
+            key_names = () if found is None or action == DELETE else found.primary_key
+            add_key = any(k not in names for k in key_names)
+        if add_key:
+            source = {**loads(keys[last]), **source}  # type: ignore[arg-type]  # keyed rows
+        if new:
             if found is None:  # the error names the effect
                 write = planner.write_for(column_effect(cols, effect))
             else:
                 shape = planner.shape_for(
                     planner.canonical(found),
                     action == DELETE,
-                    tuple(names),
+                    tuple(source),
                     functools.partial(column_effect, cols, effect),
                 )
                 key = functools.partial(loads, keys[last])  # type: ignore[arg-type]  # keyed rows
                 write = planner.write_of(db[last], tbl[last], shape, key)
+        assert write is not None  # (made above for the first effect: ``new``)
         write.effects.append(effect)  # type: ignore[arg-type]  # ColumnEffects here
         write.sources.append(source)
         last_row, action_was, names_were, found_was = last, action, names, found
@@ -342,6 +351,7 @@ def _plan_by_position(
     last_row = -1
     action_was = ""
     names_were: KeysView[str] | None = None
+    add_key = False
     for effect in effects:
         _, last, action, image = effect
         source: dict[str, Any] = loads(keys[last]) if action == DELETE else image or {}  # type: ignore[arg-type]
@@ -357,7 +367,12 @@ def _plan_by_position(
             or fnum[last] != fnum[last_row]
             or cid[last] != cid[last_row]
         ):
-            write = planner.write_for(column_effect(cols, effect))
+            net = column_effect(cols, effect)
+            # an upsert of an image without the key (:func:`~merge.written`)
+            add_key = action != DELETE and written(net) is not (image or {})
+            write = planner.write_for(net)
+        if add_key:
+            source = {**loads(keys[last]), **source}  # type: ignore[arg-type]  # keyed rows
         write.effects.append(effect)  # type: ignore[arg-type]  # ColumnEffects here
         write.sources.append(source)
         last_row, action_was, names_were = last, action, names
@@ -418,7 +433,7 @@ def _conversion_error(
     failed to convert: find the row, value by value)."""
     for effect in effects:
         shape = shape_of(effect)
-        source = effect.key if shape.delete else effect.image or {}
+        source = written(effect)
         for name, convert in zip(shape.columns, shape.convert, strict=True):
             try:
                 convert([source[name]])

@@ -442,6 +442,10 @@ def _images(block: ChangeBlock, lo: int, hi: int, columns: _ImageOut) -> None:
     else by :func:`_images_python`. A block still holding its rows as bytes
     (``block.raw``: :func:`read_slice`) is rendered from them (``render_raw``: no value
     objects) unless that declines; then its rows are decoded and rendered as any other."""
+    if _key_from_before(block):
+        block.materialize()  # (the renderers in C take an update's key from one image)
+        _images_out(block, lo, hi, columns)
+        return
     if block.raw is not None and _render_raw is not None:
         raw = block.raw
         picks, old = _block_picks(block)
@@ -458,6 +462,11 @@ def _images(block: ChangeBlock, lo: int, hi: int, columns: _ImageOut) -> None:
             columns, _plain_json, _escaped_json,
         ):  # fmt: skip
             return
+    _images_out(block, lo, hi, columns)
+
+
+def _images_out(block: ChangeBlock, lo: int, hi: int, columns: _ImageOut) -> None:
+    """:func:`_images_python` into either kind of output."""
     if isinstance(columns, tuple):
         _images_python(block, lo, hi, columns)
         return
@@ -465,6 +474,20 @@ def _images(block: ChangeBlock, lo: int, hi: int, columns: _ImageOut) -> None:
     _images_python(block, lo, hi, texts)
     for row in zip(*texts, strict=True):
         _append(columns, row)
+
+
+def _key_from_before(block: ChangeBlock) -> bool:
+    """Whether an update's after image lacks a key column its before image holds: a
+    MINIMAL after image holds only the columns the statement set (MariaDB sql/table.cc,
+    ``TABLE::mark_columns_per_binlog_row_image``), so an unchanged key is only in the
+    before image. The key is then taken column by column (:func:`_block_json`)."""
+    if block.op != "update":
+        return False
+    picks = _key_picks(block.key_names, block.after_names)
+    if not picks or all(i >= 0 for _k, i in picks):
+        return False
+    before = dict(_key_picks(block.key_names, block.before_names) or ())
+    return any(i < 0 and before.get(k, -1) >= 0 for k, i in picks)
 
 
 def _block_picks(
@@ -542,12 +565,16 @@ def _block_json(
         (before if kind == "insert" else after).extend([None] * m)
         old_key += [None] * m
         return
-    # An update: the key is the after image's; before_key is set when it changed.
+    # An update: the key is the after image's, a column it lacks the before image's
+    # (:func:`_key_from_before`); before_key is set when it changed.
     bnames, anames = block.before_names, block.after_names
     picks = _key_picks(block.key_names, anames)
     # before_key needs every key column in the before image (a MINIMAL image may lack
     # them: then it is unknown, None).
     old_picks = _key_picks(block.key_names, bnames)
+    both = None
+    if picks and old_picks and any(i < 0 for _k, i in picks):
+        both = [(k, i, j) for (k, i), (_k, j) in zip(picks, old_picks, strict=True)]
     if picks and old_picks and any(i < 0 for _k, i in old_picks):
         old_picks = None
     for b, a in rows:
@@ -557,7 +584,10 @@ def _block_json(
             key.append(None)
             old_key.append(None)
             continue
-        new = _key_of(picks, a)
+        if both is None:
+            new = _key_of(picks, a)
+        else:
+            new = {k: a[i] if i >= 0 else None if j < 0 else b[j] for k, i, j in both}
         key.append(dumps(new))
         old = None if not new or old_picks is None else _key_of(old_picks, b)
         old_key.append(None if old is None or old == new else dumps(old))

@@ -45,7 +45,7 @@ from headwater.schema.model import BINARY_TYPES, Column, TableDef, parse_column_
 from headwater.sinks.base import DdlMode, SinkCapabilities, as_change
 from headwater.sinks.failfast import catch_terminal, raise_failed
 from headwater.sinks.files.fs import store_for
-from headwater.sinks.merge import DELETE, PUT, KeyEvent, collapse, explode, shard_of
+from headwater.sinks.merge import DELETE, PUT, KeyEvent, collapse, explode, shard_of, written
 from headwater.sinks.values import ValueRules, converter
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ class ParquetMirror:
             if effect.action == DELETE:
                 rows.pop(typed_key, None)
                 continue
-            image = {c: convert[c](v) for c, v in (effect.image or {}).items() if c in convert}
+            image = {c: convert[c](v) for c, v in written(effect).items() if c in convert}
             rows[typed_key] = {**rows.get(typed_key, {}), **image}
         schema = pa.schema(list(fields.items())).with_metadata(
             {_META: str(todo[-1].sequence).encode()}
