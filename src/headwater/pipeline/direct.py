@@ -489,10 +489,16 @@ def driver_unsupported(config: PipelineConfig, options: SourceOptions) -> str | 
         return "a log-file source"
     if config.snapshot is not None:
         return "snapshot signals are counted by the Spark job"
-    sql_only = [type(t).__name__ for t in config.transforms if type(t).__name__ in _SQL_ONLY]
+    sql_only = sql_transforms(config)
     if sql_only:
         return f"{sql_only[0]} runs as Spark SQL"
     return None
+
+
+def sql_transforms(config: PipelineConfig) -> list[str]:
+    """The kinds of ``config``'s transforms that run as Spark SQL in every batch (a
+    ``filter``, a computed column), in order."""
+    return [type(t).__name__ for t in config.transforms if type(t).__name__ in _SQL_ONLY]
 
 
 def unsupported(config: PipelineConfig, sinks: Sequence[Any], options: SourceOptions) -> str | None:

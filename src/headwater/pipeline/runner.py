@@ -81,6 +81,7 @@ __all__ = [
     "PipelineError",
     "PipelineRunner",
     "check_shippable",
+    "pipeline_conf",
 ]
 
 log = logging.getLogger(__name__)
@@ -193,6 +194,27 @@ PIPELINE_SPARK_CONF = {
     ),
     "spark.sql.adaptive.enabled": "false",
 }
+
+
+def pipeline_conf(config: PipelineConfig) -> dict[str, str]:
+    """The Spark settings of ``config``'s session: :data:`PIPELINE_SPARK_CONF`, then the
+    pipeline's ``spark.conf``. ``headwater.jvm.c1Only`` (C2 off,
+    :mod:`headwater.spark.session`) defaults to ``"true"`` for a pipeline of the change log
+    whose batches can leave Spark (no ``filter`` or computed column: those run as Spark SQL
+    in every batch): its JVM plans micro-batches and runs small jobs, and C2 kept compiling
+    Spark's per-job code in every one (bench/pipeline.py, 2026-11-25, back to back at load
+    1.2-1.8: 0.98 against 0.82 batched, the round's JVM 0.17-0.19 against 0.32-0.52 CPU-s;
+    bench/latency.py --quick: a restart's first commit 10.1 against 21.4 s). Log-file
+    pipelines keep C2: their groups run as generated JVM code, 1.5x slower under C1
+    (bench/logs.py --quick). ``spark.conf`` overrides the default either way."""
+    from headwater.pipeline.direct import sql_transforms
+    from headwater.spark.session import C1_ONLY
+
+    conf = {**PIPELINE_SPARK_CONF, **dict(config.spark_conf)}
+    if config.source.logs is None and not sql_transforms(config):
+        conf.setdefault(C1_ONLY, "true")
+    return conf
+
 
 #: Name of the query's observed metrics (``newest_ts_us``: the batch's newest commit).
 OBSERVED = "headwater"
@@ -327,7 +349,7 @@ class PipelineRunner:
             self._spark = build_session(
                 self.master,
                 f"headwater-pipeline-{self.config.name}",
-                conf={**PIPELINE_SPARK_CONF, **dict(self.config.spark_conf)},
+                conf=pipeline_conf(self.config),
             )
         return self._spark
 

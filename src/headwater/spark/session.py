@@ -32,16 +32,17 @@ default log level`` lines, log4j's start-up warnings (loopback host name, native
 logger ``headwater.spark.jvm``: those known start-up lines at DEBUG (shown with
 ``--log-level debug``), log4j lines at their own level, anything else at WARNING.
 
-The JIT compiler (``headwater.jvm.c1Only``, default off). A CDC pipeline's JVM mostly
-plans micro-batches and runs small jobs (its rows go by the driver or net paths): its C2
-compiler thread kept compiling Spark's per-job code in every batch (0.2-0.9 CPU-s of a
-bench/pipeline.py round, never settling). ``headwater.jvm.c1Only: "true"`` in the
-pipeline's ``spark.conf`` adds ``-XX:TieredStopAtLevel=1`` (C1 only) to the JVMs'
-options: measured 2026-11-25 (paired runs, load 4-9), the round's JVM CPU 0.23-0.96
-against 0.45-1.68 CPU-s (JIT 0.04-0.15 against 0.19-1.06), bench/latency.py --quick's
-restart 10 s against 21 s. Not the default: the same session builder serves the
-JVM-heavy paths, and C1's code is slower there: bench/logs.py --quick 1.61 against 2.47
-(the log groups' generated code), bench/replay.py --quick 2.93-2.98 against 3.03-3.30.
+The JIT compiler (``headwater.jvm.c1Only``; off here, on by default for the pipelines
+that gain from it: :func:`headwater.pipeline.runner.pipeline_conf`). A CDC pipeline's
+JVM mostly plans micro-batches and runs small jobs (its rows go by the driver or net
+paths): its C2 compiler thread kept compiling Spark's per-job code in every batch
+(0.2-0.9 CPU-s of a bench/pipeline.py round, never settling). ``headwater.jvm.c1Only:
+"true"`` in ``conf`` adds ``-XX:TieredStopAtLevel=1`` (C1 only) to the JVMs' options:
+measured 2026-11-25 (paired runs, load 4-9), the round's JVM CPU 0.23-0.96 against
+0.45-1.68 CPU-s (JIT 0.04-0.15 against 0.19-1.06), bench/latency.py --quick's restart 10 s
+against 21 s. Not this builder's default: it serves the JVM-heavy paths too, and C1's
+code is slower there: bench/logs.py --quick 1.61 against 2.47 (the log groups' generated
+code), bench/replay.py --quick 2.93-2.98 against 3.03-3.30.
 
 Class data sharing (local masters; :mod:`headwater.spark.cdsarchive`). Most of a JVM
 start is loading and verifying Spark's classes: about 11 CPU-seconds from launch to a
