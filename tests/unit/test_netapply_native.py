@@ -141,49 +141,152 @@ def test_text_the_decoder_escapes_is_unroutable(raw: bytes, ascii_only: bool) ->
 
 def test_removes_are_the_keys_whose_last_write_is_a_remove() -> None:
     """A random workload of inserts, updates (keeping or moving the key, chains and swaps
-    through a free key), deletes and reinserts, one rows event per change: removes() and
-    survivors() against a model of the last writes."""
+    through a free key), deletes and reinserts, one rows event per change, on a table
+    that holds some keys when the range begins: after every 40 changes, removes() and
+    survivors() against a model of the last writes, and removes(existing=True) against
+    the model's removes whose first write did not create them."""
     rng = random.Random(3)
     shape = Shape(WIDTHS, ((0, KEY_SIGNED), (1, KEY_TEXT)))
-    state: dict[tuple[int, bytes], int | None] = {}
-    last: dict[tuple[int, bytes], bool] = {}
-    events: list[tuple[int, bytes, bool]] = []  # (op, buf, has second image)
     pool = [(i, random_text(rng)) for i in range(-3, 9)]
+    state: dict[tuple[int, bytes], int | None] = {k: 0 for k in pool[::3]}  # held before
+    last: dict[tuple[int, bytes], bool] = {}
+    created: dict[tuple[int, bytes], bool] = {}  # per key: its first write created it
+    scanner = Scanner(1, 0)
+    scanner.route("db", "t", ("id", "name"), (False, False), 1, 0)
+    kinds = [0, 0]  # removes seen at the checks: of keys that existed, of created ones
     for step in range(800):
         key = rng.choice(pool)
         other = rng.choice(pool)
         v = None if step % 5 == 0 else step
+        second = None
         if key not in state:
             state[key] = v
             last[key] = True
-            events.append((INSERT, image(key[0], key[1], v), False))
+            created.setdefault(key, True)
+            op, buf = INSERT, image(key[0], key[1], v)
         elif rng.random() < 0.3:
             del state[key]
             last[key] = False
-            events.append((DELETE, image(key[0], key[1], state.get(key, 0)), False))
+            created.setdefault(key, False)
+            op, buf = DELETE, image(key[0], key[1], state.get(key, 0))
         elif other not in state:  # move (a chain when it moves again; swaps via free keys)
             del state[key]
             state[other] = v
             last[key] = False
             last[other] = True
-            events.append((UPDATE, image(key[0], key[1]) + image(other[0], other[1], v), True))
+            created.setdefault(key, False)
+            created.setdefault(other, True)
+            op, buf, second = UPDATE, image(*key) + image(other[0], other[1], v), shape
         else:
             state[key] = v
             last[key] = True
-            events.append((UPDATE, image(key[0], key[1]) + image(key[0], key[1], v), True))
+            created.setdefault(key, False)
+            op, buf, second = UPDATE, image(*key) + image(key[0], key[1], v), shape
+        scanner.scan(op, shape, second, buf, 0, len(buf), step)
+        if step % 40 != 39:
+            continue
+        removed = {k for k, put in last.items() if not put}
+        assert _removed(scanner.removes()) == removed
+        existing = {k for k in removed if not created[k]}
+        assert _removed(scanner.removes(existing=True)) == existing
+        kinds[0] += len(existing)
+        kinds[1] += len(removed - existing)
+        seqs, _ = scanner.survivors()
+        assert len(seqs) // 8 == sum(last.values())
+    assert kinds[0] > 10 and kinds[1] > 10  # the workload holds both kinds
+
+
+def _removed(result: tuple[int, tuple[bytes | tuple[bytes, bytes], ...]]) -> set[tuple[int, bytes]]:
+    """removes()'s (count, (ids, (offsets, data))) as a set of (id, name) keys."""
+    count, columns = result
+    if not columns:
+        assert count == 0
+        return set()
+    ids, text = columns
+    assert isinstance(ids, bytes) and isinstance(text, tuple)
+    offsets, data = text
+    got_ids = struct.unpack(f"<{count}q", ids)
+    ends = struct.unpack(f"<{count + 1}i", offsets)
+    got = {(got_ids[i], data[ends[i] : ends[i + 1]]) for i in range(count)}
+    assert len(got) == count
+    return got
+
+
+def _scan(events: list[tuple[int, bytes, bool]]) -> Scanner:
+    shape = Shape(WIDTHS, ((0, KEY_SIGNED), (1, KEY_TEXT)))
     scanner = Scanner(1, 0)
     scanner.route("db", "t", ("id", "name"), (False, False), 1, 0)
     for ordinal, (op, buf, pair) in enumerate(events):
         scanner.scan(op, shape, shape if pair else None, buf, 0, len(buf), ordinal)
-    count, (ids, (offsets, data)) = scanner.removes()
-    assert isinstance(ids, bytes)
-    got_ids = struct.unpack(f"<{count}q", ids)
-    ends = struct.unpack(f"<{count + 1}i", offsets)
-    got = {(got_ids[i], data[ends[i] : ends[i + 1]]) for i in range(count)}
-    assert got == {k for k, put in last.items() if not put}
-    assert count == len(got)
-    seqs, _ = scanner.survivors()
-    assert len(seqs) // 8 == len(state) == sum(last.values())
+    return scanner
+
+
+def _insert(k: int) -> tuple[int, bytes, bool]:
+    return (INSERT, image(k, b"k"), False)
+
+
+def _delete(k: int) -> tuple[int, bytes, bool]:
+    return (DELETE, image(k, b"k"), False)
+
+
+def _update(k: int, to: int) -> tuple[int, bytes, bool]:
+    return (UPDATE, image(k, b"k") + image(to, b"k", 1), True)
+
+
+def test_a_key_inserted_then_deleted_is_not_an_existing_remove() -> None:
+    scanner = _scan([_insert(1), _update(1, 1), _delete(1)])
+    assert _removed(scanner.removes()) == {(1, b"k")}
+    assert _removed(scanner.removes(existing=True)) == set()
+    assert scanner.survivors() == (b"", b"")
+
+
+def test_a_key_that_existed_and_is_deleted_is_a_remove() -> None:
+    """First write an update (key kept) or a delete: the key existed when the range
+    began."""
+    scanner = _scan([_update(1, 1), _delete(1), _delete(2)])
+    assert _removed(scanner.removes(existing=True)) == {(1, b"k"), (2, b"k")}
+
+
+def test_a_key_deleted_reinserted_and_deleted_is_a_remove() -> None:
+    """Its first write was the delete: it existed, and the insert does not change that."""
+    scanner = _scan([_delete(1), _insert(1), _delete(1), _insert(2), _delete(2), _insert(2),
+                     _delete(2)])  # fmt: skip
+    assert _removed(scanner.removes(existing=True)) == {(1, b"k")}
+    assert _removed(scanner.removes()) == {(1, b"k"), (2, b"k")}
+
+
+def test_a_key_moved_away_and_back() -> None:
+    """1 existed: moved to 2 (created by the move) and back: 1 is put, 2 is no remove.
+    3 inserted, moved to 4 and 4 deleted: neither is a remove. 5 existed, moved to 6,
+    6 deleted: 5 is a remove, 6 is not. 7 moved into 8 within one event and back out
+    (a swap through a free key in one rows event): 8 is no remove."""
+    swap = (UPDATE, image(7, b"k") + image(8, b"k", 1) + image(8, b"k") + image(7, b"k", 2), True)
+    scanner = _scan([
+        _update(1, 2), _update(2, 1),
+        _insert(3), _update(3, 4), _delete(4),
+        _update(5, 6), _delete(6),
+        swap,
+    ])  # fmt: skip
+    assert _removed(scanner.removes()) == {(2, b"k"), (3, b"k"), (4, b"k"), (5, b"k"),
+                                           (6, b"k"), (8, b"k")}  # fmt: skip
+    assert _removed(scanner.removes(existing=True)) == {(5, b"k")}
+    seqs, _offsets = scanner.survivors()
+    assert len(seqs) // 8 == 2  # 1 and 7
+
+
+def test_a_key_moved_onto_itself_existed() -> None:
+    """An update whose after key equals its before key (by value: an INT and a BIGINT
+    image of 9 give one key) puts a key that existed: deleted later, it is a remove."""
+    wide = Shape((8, -1, 4), ((0, KEY_SIGNED), (1, KEY_TEXT)))
+    narrow = Shape(WIDTHS, ((0, KEY_SIGNED), (1, KEY_TEXT)))
+    after = b"\x00" + struct.pack("<q", 9) + b"\x01k" + struct.pack("<i", 1)
+    move = image(9, b"k") + after
+    scanner = Scanner(1, 0)
+    scanner.route("db", "t", ("id", "name"), (False, False), 1, 0)
+    scanner.scan(UPDATE, narrow, wide, move, 0, len(move), 0)
+    gone = image(9, b"k")
+    scanner.scan(DELETE, narrow, None, gone, 0, len(gone), 1)
+    assert _removed(scanner.removes(existing=True)) == {(9, b"k")}
 
 
 def test_removes_of_nothing() -> None:
@@ -206,10 +309,11 @@ def test_route_rejects_bad_arguments() -> None:
 
 def _events(seed: int, steps: int) -> list[tuple[int, bytes, bool]]:
     """Random inserts, key-moving and key-keeping updates and deletes, one rows event a
-    change: ``(op, buf, has a second image)``."""
+    change, on a table holding a quarter of the keys when the range begins: ``(op, buf,
+    has a second image)``."""
     rng = random.Random(seed)
-    live: set[tuple[int, bytes]] = set()
     pool = [(i, random_text(rng)) for i in range(-20, 60)]
+    live: set[tuple[int, bytes]] = set(pool[::4])
     events: list[tuple[int, bytes, bool]] = []
     for step in range(steps):
         key, other = rng.choice(pool), rng.choice(pool)
@@ -256,6 +360,8 @@ def test_fan_out_keeps_what_one_scan_per_shard_keeps(shards: int) -> None:
     for k in range(shards):
         assert fanned[k].survivors() == alone[k].survivors()
         assert fanned[k].removes() == alone[k].removes()
+        assert fanned[k].removes(existing=True) == alone[k].removes(existing=True)
+        assert 0 < fanned[k].removes(existing=True)[0] < fanned[k].removes()[0]
         assert fanned[k].keys == alone[k].keys
     assert sum(s.keys for s in fanned) > 0
     assert all(s.keys for s in fanned)  # every shard got keys (80 keys over 2 or 3)

@@ -46,7 +46,15 @@
  * other shards' keys after rendering and hashing them.
  *
  * removes() gives the keys whose last write is a remove (a delete, or the old key of a
- * key-changing update not put again), as columns, for a delta apply.
+ * key-changing update not put again), as columns, for a delta apply. Each key also
+ * records whether its first write in the scanned range created it (WRITE_ROWS' key, or
+ * an UPDATE_ROWS row's after key when it differs from the row's before key): such a key
+ * did not exist when the range began (the source's primary key is unique: an insert of a
+ * held key fails, and an update onto one too). removes(existing=True) leaves those keys
+ * out: a delta apply to a target whose state is the source's at the range's start (the
+ * SQL sinks' exactly-once shards; sinks/merge.py's collapse drops the same keys, "created
+ * in this batch and gone again") has nothing to remove for them. A key deleted, then
+ * inserted again, then deleted is still a remove: its first write was the delete.
  *
  * Errors: a row running past `end` or a length past the buffer raises ValueError with
  * TRUNC's text (the caller turns it into TruncatedError).
@@ -488,11 +496,15 @@ typedef struct {
     uint32_t offset;   /* a put's after image start in its event */
     uint16_t keylen;
     uint8_t present;
+    uint8_t created;   /* its first write in the range created it (module docstring) */
     union {
         uint8_t bytes[INLINE_KEY];
         uint8_t *ptr;  /* longer keys: in the arena */
     } key;
 } Entry;
+
+/* `created` sits in what was padding before the key: 40 bytes, as without it */
+_Static_assert(sizeof(Entry) == 40, "an Entry is 40 bytes");
 
 static inline const uint8_t *entry_key(const Entry *e) {
     return e->keylen <= INLINE_KEY ? e->key.bytes : e->key.ptr;
@@ -552,7 +564,7 @@ typedef struct {
     size_t key_at, key_len;
     uint64_t hash;
     int64_t seq, offset;
-    int present;
+    int present, created;
 } Pending;
 
 typedef struct Chunk {
@@ -596,8 +608,8 @@ static void Scanner_dealloc(Scanner *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The most keys a size hint sizes the table for (2^24: a table of 2^25 48-byte entries,
- * 1.5 GiB); more keys than that grow the table as without a hint. */
+/* The most keys a size hint sizes the table for (2^24: a table of 2^25 40-byte entries,
+ * 1.25 GiB); more keys than that grow the table as without a hint. */
 #define HINT_MAX ((unsigned long long)1 << 24)
 
 /* Scanner(parts, part, hint=0): `hint`, the keys this part is expected to hold (the
@@ -706,9 +718,10 @@ static int grow(Scanner *self) {
     return 0;
 }
 
-/* Records a write to `key` (when it is of this part): put (present, offset) or remove. */
+/* Records a write to `key` (when it is of this part): put (present, offset) or remove;
+ * `created`: the write creates the key (kept only when it is the key's first write). */
 static int record_write(Scanner *self, const uint8_t *kb, size_t klen, uint64_t h, int64_t seq,
-                        int present, int64_t offset) {
+                        int present, int created, int64_t offset) {
     size_t mask = self->cap - 1, j = h & mask;
     for (;;) {
         Entry *e = &self->table[j];
@@ -723,7 +736,7 @@ static int record_write(Scanner *self, const uint8_t *kb, size_t klen, uint64_t 
     }
     if ((self->used + 1) * 10 > self->cap * 7) {
         if (grow(self) < 0) return -1;
-        return record_write(self, kb, klen, h, seq, present, offset);
+        return record_write(self, kb, klen, h, seq, present, created, offset);
     }
     Entry *e = &self->table[j];
     if (klen <= INLINE_KEY) {
@@ -737,6 +750,7 @@ static int record_write(Scanner *self, const uint8_t *kb, size_t klen, uint64_t 
     e->keylen = (uint16_t)klen;
     e->seq = seq;
     e->present = (uint8_t)present;
+    e->created = (uint8_t)created;
     e->offset = (uint32_t)offset;
     if (++self->used == self->dense) {
         table_huge(self->table, self->cap, 1);
@@ -747,7 +761,8 @@ static int record_write(Scanner *self, const uint8_t *kb, size_t klen, uint64_t 
 
 /* The writes of one event, gathered before they are applied so that the table slots they
  * touch are prefetched together (each is a cache miss in a table of millions of keys). */
-static int pend(Scanner *self, const Bytes *key, int64_t seq, int present, int64_t offset) {
+static int pend(Scanner *self, const Bytes *key, int64_t seq, int present, int created,
+                int64_t offset) {
     if (key->len > UINT16_MAX) {
         PyErr_SetString(PyExc_ValueError, "a key of more than 65535 bytes");
         return -1;
@@ -780,6 +795,7 @@ static int pend(Scanner *self, const Bytes *key, int64_t seq, int present, int64
     w->seq = seq;
     w->offset = offset;
     w->present = present;
+    w->created = created;
     __builtin_prefetch(&self->table[h & (self->cap - 1)], 1);
     return put_bytes(&self->keys, key->b, key->len);
 }
@@ -788,7 +804,7 @@ static int apply_pending(Scanner *self) {
     for (size_t i = 0; i < self->npending; i++) {
         const Pending *w = &self->pending[i];
         if (record_write(self, self->keys.b + w->key_at, w->key_len, w->hash, w->seq, w->present,
-                         w->offset) < 0)
+                         w->created, w->offset) < 0)
             return -1;
     }
     self->npending = 0;
@@ -866,15 +882,18 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
         if (walk(a, buf, end, &pos, self->vb) < 0 || key_bytes(a, self->vb, &self->kb) < 0)
             goto done;
         if (op == OP_INSERT) {
-            if (pend(self, &self->kb, seq, 1, at) < 0) goto done;
+            if (pend(self, &self->kb, seq, 1, 1, at) < 0) goto done;
         } else if (op == OP_DELETE) {
-            if (pend(self, &self->kb, seq, 0, 0) < 0) goto done;
+            if (pend(self, &self->kb, seq, 0, 0, 0) < 0) goto done;
         } else {
             at = pos;
             if (walk(b, buf, end, &pos, self->va) < 0 || key_bytes(b, self->va, &self->ka) < 0)
                 goto done;
-            if (!same(&self->kb, &self->ka) && pend(self, &self->kb, seq, 0, 0) < 0) goto done;
-            if (pend(self, &self->ka, seq, 1, at) < 0) goto done;
+            /* a key-changing update removes its before key and creates its after key; one
+             * that keeps its key puts a key that existed */
+            int moved = !same(&self->kb, &self->ka);
+            if (moved && pend(self, &self->kb, seq, 0, 0, 0) < 0) goto done;
+            if (pend(self, &self->ka, seq, 1, moved, at) < 0) goto done;
         }
         row++;
         if (row >= (1LL << 32)) {
@@ -1088,15 +1107,25 @@ static PyObject *Scanner_key_text(Scanner *self, PyObject *args) {
     return out;
 }
 
-/* removes() -> (count, columns): the keys whose last write is a remove; per key column
- * bytes of native int64s (an integer column; an unsigned's bits) or (int32 offsets, utf-8
- * data) (a text column). A column is typed by its first key (None when there is none). */
-static PyObject *Scanner_removes(Scanner *self, PyObject *unused) {
+/* Whether entry e is one removes() gives (`existing`: not a key the range created). */
+static inline int removed(const Entry *e, int existing) {
+    return e->hash && !e->present && !(existing && e->created);
+}
+
+/* removes(existing=False) -> (count, columns): the keys whose last write is a remove
+ * (`existing`: only those whose first write in the range did not create them: module
+ * docstring); per key column bytes of native int64s (an integer column; an unsigned's
+ * bits) or (int32 offsets, utf-8 data) (a text column). A column is typed by its first
+ * key (None when there is none). */
+static PyObject *Scanner_removes(Scanner *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"existing", NULL};
+    int existing = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:removes", kwlist, &existing)) return NULL;
     size_t n = 0;
     int nk = -1;
     for (size_t i = 0; i < self->cap; i++) {
         const Entry *e = &self->table[i];
-        if (!e->hash || e->present) continue;
+        if (!removed(e, existing)) continue;
         if (nk < 0) { /* count the key's columns by its tags */
             const uint8_t *kb = entry_key(e);
             size_t at = 0;
@@ -1120,7 +1149,7 @@ static PyObject *Scanner_removes(Scanner *self, PyObject *unused) {
     }
     for (size_t i = 0; i < self->cap; i++) {
         const Entry *e = &self->table[i];
-        if (!e->hash || e->present) continue;
+        if (!removed(e, existing)) continue;
         const uint8_t *kb = entry_key(e);
         size_t at = 0;
         for (int j = 0; j < nk; j++) {
@@ -1202,8 +1231,9 @@ static PyMethodDef Scanner_methods[] = {
      "fan(scanners): hand each write to the Scanner of its key's shard (one per shard)"},
     {"key_text", (PyCFunction)Scanner_key_text, METH_VARARGS,
      "key_text(tagged) -> (text, shard): one key's routing (tests)"},
-    {"removes", (PyCFunction)Scanner_removes, METH_NOARGS,
-     "removes() -> (count, columns): the keys whose last write is a remove"},
+    {"removes", (PyCFunction)(void (*)(void))Scanner_removes, METH_VARARGS | METH_KEYWORDS,
+     "removes(existing=False) -> (count, columns): the keys whose last write is a remove "
+     "(existing: not those the range's first write to them created)"},
     {NULL},
 };
 
