@@ -192,6 +192,7 @@ def test_net_batches_give_the_state_the_row_path_gives(
     try:
         workload = Workload(mariadb, db, seed=5)
         mariadb.execute("INSERT INTO acct VALUES (1, 'one', 1.00, 0, NULL)", database=db)
+        workload.run(40)  # keys held before batch 1: some of them batch 1 deletes or moves
         wait_caught_up(running.task, mariadb)
         for net in (True, False):
             dst = f"{db}_{'net' if net else 'row'}"[:60]
@@ -200,8 +201,13 @@ def test_net_batches_give_the_state_the_row_path_gives(
             paths[net] = (dst, _config(tmp_path / f"netpath_{net}.yaml", task_dir, db, dst,
                                        mariadb_target, options))  # fmt: skip
             _run(spark, paths[net][1])  # batch 0: the Spark job
+        held = _keys(mariadb, db)
         workload.run(120)
         wait_caught_up(running.task, mariadb)
+        # the net path removes exactly the keys held before the batch and gone after it:
+        # not the keys the batch inserted (or moved to) and then deleted (or moved away)
+        gone = {t: sorted(held[t] - keys) for t, keys in _keys(mariadb, db).items()}
+        assert gone["acct"] and gone["tags"]
         runners = {net: _run(spark, path) for net, (_dst, path) in paths.items()}
         source = rows(mariadb, db)
         assert len(source["acct"]) > 10 and len(source["tags"]) > 5
@@ -214,7 +220,7 @@ def test_net_batches_give_the_state_the_row_path_gives(
         done = net_path.batches[1]
         assert done.rows_in > 300 and done.rows_out == done.rows_in
         assert set(done.tables_in) == {f"{db}.acct", f"{db}.tags"}
-        _walks_agree(net_path, done.tables_in)
+        _walks_agree(net_path, done.tables_in, gone)
 
         # a new pipeline whose batch 0 (from a start option: no offset file holds its
         # start) is the workload: the net path takes it, same rows as the row path
@@ -292,11 +298,20 @@ def _tables(read: NetRead) -> dict[tuple[str, str], Any]:
     }
 
 
-def _walks_agree(net_path: NetApply, tables_in: dict[str, int]) -> None:
+def _keys(server: MariadbSandbox, db: str) -> dict[str, set[str]]:
+    """Each table's keys, as the removes' rows repr them."""
+    return {
+        "acct": {repr({"id": i}) for (i,) in server.query("SELECT id FROM acct", database=db)},
+        "tags": {repr({"k": k}) for (k,) in server.query("SELECT k FROM tags", database=db)},
+    }
+
+
+def _walks_agree(net_path: NetApply, tables_in: dict[str, int], gone: dict[str, list[str]]) -> None:
     """Batch 1's net effect per shard is the same walked in C (walk.c, each table into its
     own scanner) as in Python, with the payloads kept or read again (KEEP_BYTES 0); and
     one walk for both shards (net_reads: the walk's Scanner fans the keys out) gives each
-    shard what a walk of that shard alone gives."""
+    shard what a walk of that shard alone gives. The shards' removes are ``gone``: the
+    keys held when the batch began and not when it ended."""
     from headwater.spark import asofscan
     from headwater.spark.logaccess import open_log
 
@@ -325,6 +340,10 @@ def _walks_agree(net_path: NetApply, tables_in: dict[str, int]) -> None:
         alone[shard] = got[0]
     assert removed > 0
     assert alone[0] != alone[1]
+    for table, want in gone.items():
+        got = [r for shard in alone.values() for (_d, t), (_u, rs) in shard.items() if t == table
+               for r in rs]  # fmt: skip
+        assert sorted(got) == want, table
     for in_c, keep_bytes in modes:
         asofscan.WALK_IN_C, asofscan.KEEP_BYTES = in_c, keep_bytes
         log = open_log(plan.options)

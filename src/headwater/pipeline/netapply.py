@@ -9,8 +9,13 @@ that reads only the key columns' bytes of each row image and keeps each key's la
 into typed Arrow (``_native/survivors.c``). A key's last write in the batch's range is a
 put (upsert its after image: FULL row images) or a remove (a delete, or the old key of a
 key-changing update not put again); applying those gives the state the sinks' collapse
-gives. Each table's net effect is a :class:`~headwater.sinks.netwrite.NetTable`, applied
-by :meth:`SqlSink.apply_net` in the shard's exactly-once transaction.
+gives. As that collapse does ("created in this batch and gone again: nothing"), a key
+whose first write in the range created it (an insert, or the new key of a key-changing
+update) and whose last write is a remove is not a remove at all (``removes(existing=
+True)``): the shard's target holds the source's state at the range's start, when the
+key did not exist, so there is nothing to probe or delete. Each table's net effect is a
+:class:`~headwater.sinks.netwrite.NetTable`, applied by :meth:`SqlSink.apply_net` in the
+shard's exactly-once transaction.
 
 The Spark job: ``spark.range(n, numPartitions=1).mapInArrow`` for a sink of ``n`` shards;
 its one task opens the log itself (:func:`~headwater.spark.logaccess.open_log`, as the
@@ -383,7 +388,8 @@ class _State:
     def _removes(self, scanner: Any) -> pa.Table:
         import pyarrow as pa
 
-        count, columns = scanner.removes()
+        # not the keys the range created (module docstring): the target cannot hold them
+        count, columns = scanner.removes(existing=True)
         fast = {c.name: c.fast for c in self.spec.columns}
         by_name = {c.name: c for c in self.definition.columns}
         arrays = []

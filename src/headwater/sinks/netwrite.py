@@ -2,9 +2,10 @@
 
 The read path (issue #17) computes per shard and per table the final after images of the
 keys whose last write is a put (``upserts``) and the key columns of the keys whose last
-write is a delete (``removes``). :meth:`headwater.sinks.sql.SqlSink.apply_net` applies them
-in the sink's exactly-once checkpoint transaction; this module holds the data type and the
-bulk writers.
+write is a delete (``removes``; not the keys the range itself created, which the target
+cannot hold: :mod:`headwater.pipeline.netapply`).
+:meth:`headwater.sinks.sql.SqlSink.apply_net` applies them in the sink's exactly-once
+checkpoint transaction; this module holds the data type and the bulk writers.
 """
 
 from __future__ import annotations
@@ -653,10 +654,13 @@ class _Writer:
         """The removes whose first key value the target holds (:meth:`_mysql_present`);
         all of them when the first key column is not an integer without NULLs. Deleting
         a key the target does not hold changes nothing (no row: no trigger, no cascade),
-        so leaving it out is exact; and a net effect's removes are often keys inserted
-        and deleted within the batch (measured on ``bench/pipeline.py``: a ``DELETE ...
-        IN`` of 25 000 such keys planned as a table scan waited for the other shard's
-        transaction, whose rows it had to read locked)."""
+        so leaving it out is exact. A net effect's removes were often keys inserted and
+        deleted within the batch (measured on ``bench/pipeline.py``: a ``DELETE ... IN``
+        of 25 000 such keys planned as a table scan waited for the other shard's
+        transaction, whose rows it had to read locked); the key pass now leaves those
+        out (:mod:`headwater.pipeline.netapply`: ``removes(existing=True)``), and the
+        probe stays for a target that lacks keys the source held (a pipeline started at
+        a ``startingPosition`` into an empty target)."""
         values = rows.column(plan.net.key[0])
         if not pa.types.is_integer(values.type) or values.null_count:
             return rows
