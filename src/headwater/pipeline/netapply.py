@@ -21,8 +21,9 @@ The Spark job: ``spark.range(n, numPartitions=1).mapInArrow`` for a sink of ``n`
 its one task opens the log itself (:func:`~headwater.spark.logaccess.open_log`, as the
 replay's tasks do: it works on a cluster), walks the range once, each key going to the
 key pass of the shard the SQL sinks' glue routes it to (``_native/lastwrite.c``'s
-fan-out), then runs the shards' transactions at once, a thread each
-(:func:`apply_shards`). Until 2026-11-25 it was a task per shard, each walking the whole
+fan-out), then runs the shards' transactions one after another on a thread of their
+own, each while the next shard's survivors are decoded (:func:`apply_shards`). Until
+2026-11-25 it was a task per shard, each walking the whole
 range and keeping its shard's keys: on 2 cores the walks took the machine while they ran
 (bench/pipeline.py, 800 000 changes: 0.2-0.5 CPU-s each). The routing is
 ``pmod(xxhash64(database, table, key), n)`` over
@@ -638,9 +639,15 @@ def apply_shards(plan: NetPlan, sink: SqlSink, shards: Sequence[int]) -> list[tu
     NetRefused. Retryable errors raise (Spark retries the task).
 
     Every shard of the plan: one walk of the range fills every shard's key pass (the
-    walk's Scanner fans the writes out), then each shard's survivors are decoded and the
-    shards' transactions run at once, a thread each (the writes wait on the target, not
-    on this process). Before, a task per shard walked the whole range and kept its
+    walk's Scanner fans the writes out), then each shard's survivors are decoded and its
+    transaction runs on one applying thread while the next shard's are decoded; the
+    transactions run one after another. (They ran at once, a thread each, until
+    2026-11-25: tests/integration/test_snapshot_consistency.py then left a target table
+    different from its source in about one run of three under load, which one applying
+    thread did not do in eight; the threads share the sink object of the task, which
+    the task per shard never did. Two concurrent LOAD DATA sessions cost the target 40%
+    more CPU for the same wall time, docs/operations.md.) Before, a task per shard
+    walked the whole range and kept its
     shard's keys: on 2 cores both walks at once, 0.2-0.5 CPU-s each a large batch of
     bench/pipeline.py. Any other set of shards: a walk per shard."""
     every = tuple(range(plan.shards))
@@ -667,12 +674,13 @@ def _apply_group(plan: NetPlan, sink: SqlSink, shards: tuple[int, ...]) -> dict[
                 return {k: (None, exc) for k in shards}
             if len(shards) == 1:
                 return {shards[0]: _apply_read(plan, sink, shards[0], read, time.monotonic() - t0)}
-            # Each shard's transaction starts once its survivors are decoded, while the next
-            # shard's are (a thread each, in a copy of this context: pinned_schemas is a
-            # context variable). A shard that refuses leaves the ones started to finish:
+            # Each shard's transaction starts once its survivors are decoded and the shard
+            # before it is done, while the next shard's are decoded (one applying thread, in
+            # a copy of this context: pinned_schemas is a context variable). A shard that
+            # refuses leaves the ones started to finish:
             # the row path skips what their checkpoints hold, as with a task per shard.
             out: dict[int, Any] = {}
-            with ThreadPoolExecutor(len(shards), thread_name_prefix="hw-net-shard") as pool:
+            with ThreadPoolExecutor(1, thread_name_prefix="hw-net-shard") as pool:
                 futures = {}
                 for k in shards:
                     try:
