@@ -17,15 +17,20 @@ key did not exist, so there is nothing to probe or delete. Each table's net effe
 :class:`~headwater.sinks.netwrite.NetTable`, applied by :meth:`SqlSink.apply_net` in the
 shard's exactly-once transaction.
 
-The Spark job: ``spark.range(n, numPartitions=1).mapInArrow`` for a sink of ``n`` shards;
-its one task opens the log itself (:func:`~headwater.spark.logaccess.open_log`, as the
+The Spark job: ``spark.range(n, numPartitions=n).mapInArrow`` for a sink of ``n`` shards,
+a task per shard, each walking the whole range for its own shard's keys. (For some hours
+of 2026-11-25 it was one task for every shard, below, taken back: with it
+tests/integration/test_snapshot_consistency.py left a target table different from its
+source in about a third of its runs under load, not yet explained; the walk is the small
+part of a task's read, so one walk saved little.) One task for every shard, which
+:func:`apply_shards` still does when handed several,
+opens the log itself (:func:`~headwater.spark.logaccess.open_log`, as the
 replay's tasks do: it works on a cluster), walks the range once, each key going to the
 key pass of the shard the SQL sinks' glue routes it to (``_native/lastwrite.c``'s
 fan-out), then runs the shards' transactions one after another on a thread of their
-own, each while the next shard's survivors are decoded (:func:`apply_shards`). Until
-2026-11-25 it was a task per shard, each walking the whole
-range and keeping its shard's keys: on 2 cores the walks took the machine while they ran
-(bench/pipeline.py, 800 000 changes: 0.2-0.5 CPU-s each). The routing is
+own, each while the next shard's survivors are decoded (:func:`apply_shards`). A task
+per shard's walk costs 0.2-0.5 CPU-s on bench/pipeline.py's 800 000 changes, the tasks
+at once on 2 cores. The routing is
 ``pmod(xxhash64(database, table, key), n)`` over
 the post-transform names and the change row's ``key`` text, rendered in C exactly as the
 change rows carry it; tests/unit/test_netapply_native.py holds it equal to
@@ -838,8 +843,13 @@ class NetApply:
             sink_plan = replace(plan, shards=shards)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)  # pandas 3 (see sinks.glue)
-                # one task for every shard: one walk of the range (apply_shards)
-                job = spark.range(shards, numPartitions=1).mapInArrow(
+                # a task per shard, each walking the range for its own shard: one task
+                # for every shard (one walk, apply_shards) left a target table different
+                # from its source in test_snapshot_consistency under load (its shards'
+                # transactions at once in threads; one applying thread passed 8 runs, but
+                # the cause is not known), and saved little (the walk is the small part of
+                # a task's read); see the module docstring
+                job = spark.range(shards, numPartitions=shards).mapInArrow(
                     _Job(sink_plan, sink), _RESULT
                 )
                 rows = job.collect()
