@@ -86,8 +86,29 @@ static inline int putc1(Buf *b, char c) {
     return 0;
 }
 
-/* A JSON string of UTF-8 bytes, with orjson's escapes. */
 static const char HEX[] = "0123456789abcdef";
+
+/* The escape of byte ``c`` (below 0x20, '"' or '\\') written at ``o``, as orjson writes it:
+ * \" \\ \b \t \n \f \r, else \u00XX in lowercase hex; the end of what it wrote. (Also
+ * rowjson.c's, which this file includes.) */
+static inline char *put_escape(char *o, unsigned char c) {
+    *o++ = '\\';
+    switch (c) {
+    case '"': *o++ = '"'; break;
+    case '\\': *o++ = '\\'; break;
+    case '\b': *o++ = 'b'; break;
+    case '\t': *o++ = 't'; break;
+    case '\n': *o++ = 'n'; break;
+    case '\f': *o++ = 'f'; break;
+    case '\r': *o++ = 'r'; break;
+    default:
+        *o++ = 'u'; *o++ = '0'; *o++ = '0';
+        *o++ = HEX[c >> 4]; *o++ = HEX[c & 15];
+    }
+    return o;
+}
+
+/* A JSON string of UTF-8 bytes, with orjson's escapes. */
 static int put_string(Buf *b, const char *s, Py_ssize_t n) {
     RESERVE(b, n * 6 + 2); /* worst case: every byte \u00XX */
     char *o = b->p + b->len;
@@ -98,19 +119,7 @@ static int put_string(Buf *b, const char *s, Py_ssize_t n) {
             *o++ = (char)c;
             continue;
         }
-        *o++ = '\\';
-        switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '\b': *o++ = 'b'; break;
-        case '\t': *o++ = 't'; break;
-        case '\n': *o++ = 'n'; break;
-        case '\f': *o++ = 'f'; break;
-        case '\r': *o++ = 'r'; break;
-        default:
-            *o++ = 'u'; *o++ = '0'; *o++ = '0';
-            *o++ = HEX[c >> 4]; *o++ = HEX[c & 15];
-        }
+        o = put_escape(o, c);
     }
     *o++ = '"';
     b->len = o - b->p;

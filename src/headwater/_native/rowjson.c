@@ -276,19 +276,7 @@ static int put_mapped(Buf *b, const uint8_t *s, Py_ssize_t n, const uint32_t *ma
             *o++ = (char)c;
             continue;
         }
-        *o++ = '\\';
-        switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '\b': *o++ = 'b'; break;
-        case '\t': *o++ = 't'; break;
-        case '\n': *o++ = 'n'; break;
-        case '\f': *o++ = 'f'; break;
-        case '\r': *o++ = 'r'; break;
-        default:
-            *o++ = 'u'; *o++ = '0'; *o++ = '0';
-            *o++ = HEX[c >> 4]; *o++ = HEX[c & 15];
-        }
+        o = put_escape(o, c);
     }
     *o++ = '"';
     b->len = o - b->p;
