@@ -43,6 +43,12 @@ setup(
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
         Extension(
+            # librdkafka is loaded at run time (dlopen): no header or library to build
+            "headwater._native._rdproduce",
+            sources=["src/headwater/_native/rdproduce.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
+        Extension(
             "headwater._native._walk",
             sources=["src/headwater/_native/walk.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],

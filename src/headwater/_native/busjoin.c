@@ -5,7 +5,9 @@
  * replaces wrote (and what ``change_row_bytes`` of headwater/sinks/bus/messages.py writes
  * through orjson); a differential test holds them equal (tests/unit/sinks/test_bus_arrow.py).
  *
- * ``join(n, pieces)`` -> list of ``n`` bytes. Each row's value is the concatenation of
+ * ``join(n, pieces)`` -> list of ``n`` bytes; ``join_buffer(n, pieces)`` -> ``(offsets,
+ * data)``, the same values in one bytes object (``n + 1`` int64 offsets: an Arrow binary
+ * array's buffers, read by the Kafka sink's C produce loop, rdproduce.c). Each row's value is the concatenation of
  * every piece's text for that row. A piece is
  *
  *   bytes                                  the same text for every row
@@ -382,76 +384,136 @@ static void raise_join_error(int rc) {
         PyErr_SetString(PyExc_SystemError, "busjoin: a row's length changed between passes");
 }
 
-static PyObject *join(PyObject *self, PyObject *args) {
-    Py_ssize_t n;
+/* The parsed pieces and measured rows of a call (join, join_buffer). */
+typedef struct {
+    PyObject *fast;
+    Piece *pieces;
+    Py_ssize_t np, parsed, n;
+    Py_ssize_t *lens;
+    char **dest;
+} Call;
+
+static void call_end(Call *c) {
+    if (c->pieces != NULL) {
+        for (Py_ssize_t k = 0; k < c->parsed; k++) release(&c->pieces[k]);
+        PyMem_Free(c->pieces);
+    }
+    PyMem_RawFree(c->lens);
+    PyMem_RawFree(c->dest);
+    Py_XDECREF(c->fast);
+}
+
+/* Parses ``(n, pieces)`` and measures every row (``c->lens``); -1 with an exception set. */
+static int call_begin(Call *c, PyObject *args) {
     PyObject *seq;
-    if (!PyArg_ParseTuple(args, "nO", &n, &seq)) return NULL;
-    if (n < 0) {
+    memset(c, 0, sizeof *c);
+    if (!PyArg_ParseTuple(args, "nO", &c->n, &seq)) return -1;
+    if (c->n < 0) {
         PyErr_SetString(PyExc_ValueError, "a negative number of rows");
-        return NULL;
+        return -1;
     }
-    PyObject *fast = PySequence_Fast(seq, "pieces must be a sequence");
-    if (fast == NULL) return NULL;
-    Py_ssize_t np = PySequence_Fast_GET_SIZE(fast);
-    Piece *pieces = PyMem_Calloc((size_t)(np ? np : 1), sizeof(Piece));
-    Py_ssize_t *lens = NULL;
-    char **dest = NULL;
-    PyObject *out = NULL;
-    Py_ssize_t parsed = 0;
-    if (pieces == NULL) {
+    c->fast = PySequence_Fast(seq, "pieces must be a sequence");
+    if (c->fast == NULL) return -1;
+    c->np = PySequence_Fast_GET_SIZE(c->fast);
+    c->pieces = PyMem_Calloc((size_t)(c->np ? c->np : 1), sizeof(Piece));
+    if (c->pieces == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
-    for (; parsed < np; parsed++)
-        if (parse(&pieces[parsed], PySequence_Fast_GET_ITEM(fast, parsed)) < 0) {
-            parsed++; /* release what it took */
-            goto done;
+    for (; c->parsed < c->np; c->parsed++)
+        if (parse(&c->pieces[c->parsed], PySequence_Fast_GET_ITEM(c->fast, c->parsed)) < 0) {
+            c->parsed++; /* release what it took */
+            return -1;
         }
-    lens = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
-    dest = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(char *));
-    if (lens == NULL || dest == NULL) {
+    c->lens = PyMem_RawMalloc((size_t)(c->n ? c->n : 1) * sizeof(Py_ssize_t));
+    c->dest = PyMem_RawMalloc((size_t)(c->n ? c->n : 1) * sizeof(char *));
+    if (c->lens == NULL || c->dest == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
     /* (measured with the GIL held: a second release would be a second wait for the GIL,
      * up to the switch interval, 5 ms, when the decoding thread holds it) */
-    int rc = measure_rows(lens, pieces, np, n);
+    int rc = measure_rows(c->lens, c->pieces, c->np, c->n);
     if (rc < 0) {
         raise_join_error(rc);
-        goto done;
+        return -1;
     }
-    out = PyList_New(n);
+    return 0;
+}
+
+/* Writes every row to ``c->dest`` without the GIL; -1 with an exception set. */
+static int call_write(Call *c) {
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = write_rows(c->dest, c->lens, c->pieces, c->np, c->n);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        raise_join_error(rc);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *join(PyObject *self, PyObject *args) {
+    Call c;
+    PyObject *out = NULL;
+    if (call_begin(&c, args) < 0) goto done;
+    out = PyList_New(c.n);
     if (out == NULL) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < c.n; i++) {
         /* uninitialised contents, written below: nobody else holds these objects yet */
-        PyObject *v = PyBytes_FromStringAndSize(NULL, lens[i]);
+        PyObject *v = PyBytes_FromStringAndSize(NULL, c.lens[i]);
         if (v == NULL) {
             Py_CLEAR(out);
             goto done;
         }
         PyList_SET_ITEM(out, i, v);
-        dest[i] = PyBytes_AS_STRING(v);
+        c.dest[i] = PyBytes_AS_STRING(v);
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = write_rows(dest, lens, pieces, np, n);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        raise_join_error(rc);
-        Py_CLEAR(out);
-    }
+    if (call_write(&c) < 0) Py_CLEAR(out);
 done:
-    if (pieces != NULL) {
-        for (Py_ssize_t k = 0; k < parsed; k++) release(&pieces[k]);
-        PyMem_Free(pieces);
+    call_end(&c);
+    return out;
+}
+
+/* join_buffer(n, pieces) -> (offsets, data): the same values in one bytes object ``data``,
+ * value i at ``data[offsets[i]:offsets[i + 1]]`` (``offsets``: n + 1 int64, native byte
+ * order): an Arrow binary array's buffers, with no Python object per row (the Kafka
+ * sink's C produce loop reads them, rdproduce.c). */
+static PyObject *join_buffer(PyObject *self, PyObject *args) {
+    Call c;
+    PyObject *offsets = NULL, *data = NULL, *out = NULL;
+    if (call_begin(&c, args) < 0) goto done;
+    offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(int64_t) * (c.n + 1));
+    if (offsets == NULL) goto done;
+    int64_t *at = (int64_t *)PyBytes_AS_STRING(offsets);
+    int64_t total = 0;
+    at[0] = 0;
+    for (Py_ssize_t i = 0; i < c.n; i++) {
+        if (c.lens[i] > PY_SSIZE_T_MAX - total) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        total += c.lens[i];
+        at[i + 1] = total;
     }
-    PyMem_RawFree(lens);
-    PyMem_RawFree(dest);
-    Py_DECREF(fast);
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (data == NULL) goto done;
+    char *base = PyBytes_AS_STRING(data);
+    for (Py_ssize_t i = 0; i < c.n; i++) c.dest[i] = base + at[i];
+    if (call_write(&c) < 0) goto done;
+    out = PyTuple_Pack(2, offsets, data);
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    call_end(&c);
     return out;
 }
 
 static PyMethodDef methods[] = {
     {"join", join, METH_VARARGS, "join(n, pieces) -> list of n bytes (module docstring)"},
+    {"join_buffer", join_buffer, METH_VARARGS,
+     "join_buffer(n, pieces) -> (int64 offsets, data): the values in one buffer"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from headwater.changes.schema import change_arrow_schema
-from headwater.sinks.bus.arrow import batch_messages, batch_records
+from headwater.sinks.bus.arrow import Buffers, batch_buffers, batch_messages, batch_records
 from headwater.sinks.bus.messages import BusOptions, bus_messages
 
 NAMES = ["orders", "t\u00e9", 'we"ird', "back\\slash", "tab\there", "line\nfeed"]
@@ -257,3 +257,76 @@ def test_the_c_join_writes_integers_of_every_length_and_at_every_power_of_ten() 
     out = join(len(numbers), [b"[", (1, None, column.buffers()[1], 0), b"]"])
     assert out == [f"[{v}]".encode() for v in numbers]
     assert [orjson.loads(v)[0] for v in out] == numbers
+
+
+def _unpack(buffers: Buffers) -> tuple[list[str], list[bytes | None], list[bytes]]:
+    """A :class:`Buffers` read back into per-message lists, with Arrow's own readers of
+    the buffers (not the C loop that produces from them)."""
+    n = buffers.n
+    if buffers.groups is None:
+        groups = [0] * n
+    else:
+        index = pa.Array.from_buffers(pa.int32(), n, [None, buffers.groups], offset=buffers.goffset)
+        groups = index.to_pylist()
+    validity, offsets, data, offset, wide = buffers.key
+    keys = pa.Array.from_buffers(
+        pa.large_binary() if wide else pa.binary(), n, [validity, offsets, data], offset=offset
+    ).to_pylist()
+    value_offsets, value_data = buffers.values
+    values = pa.Array.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(value_offsets), pa.py_buffer(value_data)]
+    ).to_pylist()
+    return [buffers.topics[g] for g in groups], keys, values
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_batch_buffers_hold_the_batch_records_messages(large: bool) -> None:
+    """:func:`batch_buffers` (what the Kafka sink's C produce loop reads) holds the
+    messages of :func:`batch_records`, in order: topics by group, keys from the ``key``
+    column's buffers (nulls, slices off a byte of the bitmap, 64-bit offsets), values
+    from one buffer joined in C (``join_buffer``, the same text as ``join``)."""
+    generated = [r for r in rows(500, 31) if r["op"] != "ddl"]
+    schema = change_arrow_schema()
+    batch = pa.RecordBatch.from_pylist(generated, schema=schema)
+    if large:
+        batch = batch.cast(
+            pa.schema(
+                pa.field(f.name, pa.large_string()) if f.type == pa.string() else f for f in schema
+            )
+        )
+    options = BusOptions(topic="{source}.{database}.{table}")
+    n = batch.num_rows
+    for start, length in [(0, n), (5, n // 3), (n - 1, 1), (9, 0)]:
+        part = batch.slice(start, length)
+        records = batch_records(part, options)
+        buffers = batch_buffers(part, options)
+        assert records is not None and buffers is not None
+        assert buffers.n == length
+        topics, keys, values = _unpack(buffers)
+        assert topics == records.topics
+        assert keys == records.keys
+        assert values == records.values
+        assert buffers.names == records.names
+    whole = batch_buffers(batch, options)
+    assert whole is not None and whole.groups is not None and len(whole.topics) > 10
+    assert None in _unpack(whole)[1]
+
+
+def test_batch_buffers_of_one_group_and_the_batches_left_to_messages() -> None:
+    """One group: no group indices, one topic. DDL rows, tombstones and other formats:
+    None, as :func:`batch_records` gives."""
+    one = [r for r in rows(100, 3) if r["op"] != "ddl"]
+    for r in one:
+        r.update(source="src", database="shop", table="orders", op="insert")
+    batch = pa.RecordBatch.from_pylist(one, schema=change_arrow_schema())
+    buffers = batch_buffers(batch, BusOptions())
+    assert buffers is not None and buffers.groups is None
+    assert buffers.topics == ("src.shop.orders",)
+    records = batch_records(batch, BusOptions())
+    assert records is not None and _unpack(buffers)[2] == records.values
+    mixed = pa.RecordBatch.from_pylist(rows(50, 4), schema=change_arrow_schema())
+    assert batch_buffers(mixed, BusOptions()) is None  # (DDL rows among them)
+    assert batch_buffers(batch, BusOptions(format="debezium")) is None
+    deletes = [dict(r, op="delete") for r in one]
+    gone = pa.RecordBatch.from_pylist(deletes, schema=change_arrow_schema())
+    assert batch_buffers(gone, BusOptions(tombstones=True)) is None

@@ -42,7 +42,7 @@ from headwater.sinks.bus.messages import BusMessage, BusOptions, bus_messages, r
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["Records", "batch_messages", "batch_records"]
+__all__ = ["Buffers", "Records", "batch_buffers", "batch_messages", "batch_records"]
 
 _EMPTY, _QUOTE, _NULL, _CLOSE = b"", b'"', b"null", b"}"
 
@@ -181,9 +181,14 @@ def _values(batch: pyarrow.RecordBatch, groups: _Groups) -> list[bytes]:
     (:mod:`headwater._native._busjoin`: integers as decimal text, strings JSON-escaped as
     orjson does, the images' JSON text as it is, ``null`` for nulls). A column of another
     type goes through :func:`_json` first."""
-    import pyarrow as pa
-
     from headwater._native._busjoin import join
+
+    return join(batch.num_rows, _pieces(batch, groups))
+
+
+def _pieces(batch: pyarrow.RecordBatch, groups: _Groups) -> list[Any]:
+    """The pieces of :func:`headwater._native._busjoin.join` for :func:`_values`."""
+    import pyarrow as pa
 
     heads = [
         b"".join(label + orjson.dumps(v) for label, v in zip(_LABELS, values, strict=False))
@@ -205,7 +210,7 @@ def _values(batch: pyarrow.RecordBatch, groups: _Groups) -> list[bytes]:
             merged[-1] += piece
         else:
             merged.append(piece)
-    return join(batch.num_rows, merged)
+    return merged
 
 
 _INT_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
@@ -262,6 +267,58 @@ def batch_records(batch: pyarrow.RecordBatch, options: BusOptions) -> Records | 
     keys = batch.column("key").cast(pa.binary()).to_pylist()
     values = _values(batch, groups)
     return Records(topics, keys, values, names)
+
+
+@dataclass(frozen=True, slots=True)
+class Buffers:
+    """A batch's messages as buffers, for a produce loop in C
+    (:meth:`headwater.sinks.kafka.native.NativeProducer.produce_rows`): row ``i``'s topic
+    is ``topics[groups[goffset + i]]`` (``groups`` None: ``topics[0]``), its key the
+    ``key`` column's value (``key``: validity, offsets, data, offset and whether the
+    offsets are int64, as :func:`_piece` gives a string column), its value
+    ``values[1][o[i]:o[i + 1]]`` with ``o`` the int64 offsets ``values[0]``; ``names``:
+    the distinct topics. The same messages as :func:`batch_records`, in the same order."""
+
+    n: int
+    topics: tuple[str, ...]
+    groups: Any
+    goffset: int
+    key: tuple[Any, Any, Any, int, bool]
+    values: tuple[bytes, bytes]
+    names: frozenset[str]
+
+
+def batch_buffers(batch: pyarrow.RecordBatch, options: BusOptions) -> Buffers | None:
+    """The messages of ``batch`` as buffers (:class:`Buffers`), or None where
+    :func:`batch_records` gives None: no Python object per message at all."""
+    import pyarrow as pa
+
+    from headwater._native._busjoin import join_buffer
+
+    if not _covered(batch, options) or batch.column("sequence").null_count:
+        return None
+    groups = _groups(batch)
+    ops = {values[3] for values in groups.distinct}
+    if "ddl" in ops or (options.tombstones and "delete" in ops):
+        return None
+    topics = tuple(
+        route(options.topic, {"source": s, "database": d, "table": t})
+        for s, d, t, _ in groups.distinct
+    ) or ("",)
+    if groups.positions is None:
+        indices, goffset = None, 0
+    else:
+        positions = groups.positions.cast(pa.int32())
+        indices, goffset = positions.buffers()[1], positions.offset
+    key = batch.column("key")
+    if str(key.type) not in _STRING_TYPES:
+        key = key.cast(pa.binary())
+    validity, offsets, data = key.buffers()
+    wide = _STRING_TYPES.get(str(key.type), False)
+    values = join_buffer(batch.num_rows, _pieces(batch, groups))
+    return Buffers(batch.num_rows, topics, indices, goffset,
+                   (validity, offsets, data, key.offset, wide), values,
+                   frozenset(topics) if batch.num_rows else frozenset())  # fmt: skip
 
 
 def batch_messages(batch: pyarrow.RecordBatch, options: BusOptions) -> Iterator[BusMessage]:
