@@ -54,6 +54,19 @@ def rows(n: int, seed: int, null_numbers: bool = True) -> list[dict[str, Any]]:
     return out
 
 
+def change_batch(generated: list[dict[str, Any]], large: bool = False) -> pa.RecordBatch:
+    """``generated`` as an Arrow batch of change rows; ``large``: 64-bit string offsets."""
+    schema = change_arrow_schema()
+    batch = pa.RecordBatch.from_pylist(generated, schema=schema)
+    if not large:
+        return batch
+    return batch.cast(
+        pa.schema(
+            pa.field(f.name, pa.large_string()) if f.type == pa.string() else f for f in schema
+        )
+    )
+
+
 @pytest.mark.parametrize("fmt", ["change_row", "debezium", "ums"])
 @pytest.mark.parametrize("tombstones", [False, True])
 def test_batch_messages_equal_the_row_path(fmt: str, tombstones: bool) -> None:
@@ -163,14 +176,7 @@ def test_values_joined_in_c_from_sliced_batches_every_escape_and_extreme_integer
         r.update(gtid=text, txn_id=rng.choice([None, text[::-1], ""]))
         r["ts_us"] = rng.choice([-(2**63), 2**63 - 1, -1, 0, None, i])
         r["sql"] = rng.choice([None, text + "\\"])
-    schema = change_arrow_schema()
-    batch = pa.RecordBatch.from_pylist(generated, schema=schema)
-    if large:
-        batch = batch.cast(
-            pa.schema(
-                pa.field(f.name, pa.large_string()) if f.type == pa.string() else f for f in schema
-            )
-        )
+    batch = change_batch(generated, large)
     options = BusOptions(topic="{source}.{database}.{table}")
     n = batch.num_rows
     assert n > 200
@@ -286,14 +292,7 @@ def test_batch_buffers_hold_the_batch_records_messages(large: bool) -> None:
     column's buffers (nulls, slices off a byte of the bitmap, 64-bit offsets), values
     from one buffer joined in C (``join_buffer``, the same text as ``join``)."""
     generated = [r for r in rows(500, 31) if r["op"] != "ddl"]
-    schema = change_arrow_schema()
-    batch = pa.RecordBatch.from_pylist(generated, schema=schema)
-    if large:
-        batch = batch.cast(
-            pa.schema(
-                pa.field(f.name, pa.large_string()) if f.type == pa.string() else f for f in schema
-            )
-        )
+    batch = change_batch(generated, large)
     options = BusOptions(topic="{source}.{database}.{table}")
     n = batch.num_rows
     for start, length in [(0, n), (5, n // 3), (n - 1, 1), (9, 0)]:

@@ -251,17 +251,27 @@ def _covered(batch: pyarrow.RecordBatch, options: BusOptions) -> bool:
     return options.format == "change_row" and tuple(batch.schema.names) in (_NAMES, _PRUNED)
 
 
+def _message_groups(batch: pyarrow.RecordBatch, options: BusOptions) -> _Groups | None:
+    """The groups of ``batch`` (:func:`_groups`) when the column-wise path covers every
+    row: change rows in the ``change_row`` format, no null sequence, no DDL row and no
+    tombstone to add; else None."""
+    if not _covered(batch, options) or batch.column("sequence").null_count:
+        return None
+    groups = _groups(batch)
+    ops = {values[3] for values in groups.distinct}
+    if "ddl" in ops or (options.tombstones and "delete" in ops):
+        return None
+    return groups
+
+
 def batch_records(batch: pyarrow.RecordBatch, options: BusOptions) -> Records | None:
     """The messages of ``batch`` as parallel lists (module docstring), or None when a row
     needs the row path (a DDL row, a null sequence, a tombstone to add) or the batch is
     not change rows in the ``change_row`` format."""
     import pyarrow as pa
 
-    if not _covered(batch, options) or batch.column("sequence").null_count:
-        return None
-    groups = _groups(batch)
-    ops = {values[3] for values in groups.distinct}
-    if "ddl" in ops or (options.tombstones and "delete" in ops):
+    groups = _message_groups(batch, options)
+    if groups is None:
         return None
     topics, names = _topics(groups, options.topic)
     keys = batch.column("key").cast(pa.binary()).to_pylist()
@@ -295,11 +305,8 @@ def batch_buffers(batch: pyarrow.RecordBatch, options: BusOptions) -> Buffers | 
 
     from headwater._native._busjoin import join_buffer
 
-    if not _covered(batch, options) or batch.column("sequence").null_count:
-        return None
-    groups = _groups(batch)
-    ops = {values[3] for values in groups.distinct}
-    if "ddl" in ops or (options.tombstones and "delete" in ops):
+    groups = _message_groups(batch, options)
+    if groups is None:
         return None
     topics = tuple(
         route(options.topic, {"source": s, "database": d, "table": t})
