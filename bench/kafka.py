@@ -81,6 +81,17 @@ process; broker and source apart), the ratio the load moves least. Last line:
 10 warm-up batches; its ratios are not comparable with a full run's (the plain producer
 sends its 60 000 messages in about 0.1 s).
 
+Figures with the produce loop in C (2026-11-25, :mod:`headwater.sinks.kafka.native`: a
+batch's messages queued by one call without the GIL; full runs, load 0.7-1.6): 0.69 with
+LZ4 (pipeline rounds 0.57-0.63 s at 0.71-0.79 CPU-s, this process 0.60-0.63; the batch's
+``addBatch`` 0.41-0.44 s of it, the rest the reader's catch-up, the burst gate and
+planning; plain producer 0.32-0.56 s); ``--compression none`` 0.76 (pipeline 0.96-1.12 s,
+plain 0.81-0.87 s: the broker's CPU, 0.5-0.6 s a round on both sides, sets the pace), the
+DataFrame path 0.39 there. Before it (same day, load 0.9-1.3): 0.37 with LZ4 (pipeline
+0.89-0.93 s at 1.07-1.12 CPU-s, this process 0.91-0.96), 0.48 without: the writer's
+``produce`` calls held the GIL the decoding of the next batch needed. Under py-spy the
+figures halve (its sampling shares the cores).
+
 Figures with the reader in its own process and the C join without the GIL (2026-11-24,
 ``--no-dataframe`` runs alternating with the same bench on the join that held the GIL, the
 load beside them): 0.36 and 0.40 (pipeline rounds 0.77-0.84 s, 1.02-1.12 CPU-s: the reader
