@@ -9,6 +9,7 @@ import base64
 import dataclasses
 import datetime as dt
 import random
+import threading
 from decimal import Decimal
 from typing import Any
 
@@ -24,7 +25,7 @@ from headwater.schema.model import TableDef
 from headwater.sinks import RetryPolicy, StaticSchema, netwrite
 from headwater.sinks.base import DdlMode
 from headwater.sinks.mysql import MysqlSink, MysqlSinkConfig
-from headwater.sinks.netwrite import NetTable, PartlyApplied
+from headwater.sinks.netwrite import NetTable, PartlyApplied, StreamedRows
 from headwater.sinks.postgres import PostgresSink, PostgresSinkConfig
 from headwater.sinks.sql import SqlSink
 from tests.integration.sink_support import col, row
@@ -484,6 +485,43 @@ def test_load_data_path_leaves_the_statement_paths_values_in_mariadb(
     assert server.query(MYSQL_CKPT.format("hw_ld")) == server.query(MYSQL_CKPT.format("hw_ld_gen"))
 
 
+def test_load_data_without_a_bytes_column_reads_utf8mb4_in_mariadb(
+    mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table without a column of bytes: the text is loaded ``CHARACTER SET utf8mb4``
+    straight into the columns (no variable, no CONVERT), with the general path's values:
+    NUL, backslashes, tabs, ``\\N``, quotes, 4-byte characters."""
+    server = mariadb_target
+    names = tuple(n for n in FAST_MYSQL if n != "raw")
+    dbs = ("hw_ldu8", "hw_ldu8_gen", "hw_net_ckpt")
+    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
+    net, general = mysql_sink(server, dbs[0], names), mysql_sink(server, dbs[1], names)
+    statements: list[bytes] = []
+    load = netwrite._load_local
+
+    def seen(conn: Any, statement: bytes, *rest: Any) -> tuple[int, int]:
+        statements.append(statement)
+        return load(conn, statement, *rest)
+
+    monkeypatch.setattr(netwrite, "_load_local", seen)
+    general_writes = count_general(monkeypatch)
+    changes = inserts(1, 0, 300, names)
+    rnd = random.Random(6)
+    for i in rnd.sample(range(300), 60):
+        before = changes[i][2]
+        changes.append(("update", before, image(rnd, (before["id"], before["tag"]), True, names)))
+    run_both(net, general, changes, 300, names)
+    assert len(statements) == 2 and general_writes == []
+    assert all(b" CHARACTER SET utf8mb4 " in s and b"CONVERT" not in s for s in statements)
+    query = "SELECT * FROM {}.vals ORDER BY id, tag"
+    got = server.query(query.format(dbs[0]))
+    assert len(got) == 300 and got == server.query(query.format(dbs[1]))
+    by_name = {r[8] for r in got}
+    assert {"", "nul\x00byte", "back\\slash", "\\N", "NULL", "tab\there", None} <= by_name
+    assert {"ünï €", "𝄞 emoji", "quo'te\"s", "a\\'b", "\x1a", "new\nline"} <= by_name
+    assert {r[1] for r in got} >= {"b\tc", "d\\e", "f'g"}
+
+
 def test_load_data_that_warns_goes_back_and_runs_the_statements(
     mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -686,6 +724,132 @@ def test_updates_of_held_keys_go_by_load_data_replace_in_mariadb(
     assert loads == [(True, 0), (True, 0), (True, 0), (True, 0)]
     assert statements == [(False, 200)]
     assert server.query("SELECT COUNT(*) FROM hw_repfk.child") == [(10,)]
+
+
+def streamed(table: NetTable, per: int, log: list[Any], fail_after: int | None = None) -> NetTable:
+    """``table`` with its upserts as :class:`StreamedRows` of ``per`` rows a part; each
+    part decoded appends ``(the thread's name, whether a LOAD DATA runs)`` to ``log``
+    (see :func:`loading`); with ``fail_after``, the part after that many raises."""
+    rows = table.upserts
+    assert isinstance(rows, pa.Table)
+
+    def parts() -> Any:
+        for n, start in enumerate(range(0, rows.num_rows, per)):
+            if n == fail_after:
+                raise RuntimeError("a value the net path refuses")
+            log.append((threading.current_thread().name, LOADING[0]))
+            yield rows.slice(start, per)
+
+    return dataclasses.replace(table, upserts=StreamedRows(rows.num_rows, rows.schema, parts()))
+
+
+#: Whether a ``LOAD DATA`` runs (:func:`loading`).
+LOADING = [False]
+
+
+def loading(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, int]]:
+    """:func:`count_direct`, and :data:`LOADING` set while each load runs."""
+    calls = count_direct(monkeypatch)
+    load = netwrite._load_local
+
+    def flagged(*args: Any) -> tuple[int, int]:
+        LOADING[0] = True
+        try:
+            return load(*args)
+        finally:
+            LOADING[0] = False
+
+    monkeypatch.setattr(netwrite, "_load_local", flagged)
+    return calls
+
+
+def test_streamed_upserts_are_decoded_while_load_data_runs_in_mariadb(
+    mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upserts handed over as :class:`StreamedRows` (the net path's survivors, decoded
+    part by part) on a table that takes ``LOAD DATA ... REPLACE``: one load a batch, every
+    part decoded on the text thread while it runs, and the general path's result; new
+    keys, rewritten keys and removes alike."""
+    server = mariadb_target
+    dbs = ("hw_str", "hw_str_gen", "hw_net_ckpt")
+    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
+    net, general = mysql_sink(server, dbs[0], FAST_MYSQL), mysql_sink(server, dbs[1], FAST_MYSQL)
+    net.setup()
+    general.setup()
+    changes = inserts(1, 0, 300, FAST_MYSQL)
+    rnd = random.Random(5)
+    for i in rnd.sample(range(300), 90):
+        before = changes[i][2]
+        if i % 3:
+            after = image(rnd, (before["id"], before["tag"]), True, FAST_MYSQL)
+            changes.append(("update", before, after))
+        else:
+            changes.append(("delete", before, None))
+    changes += inserts(2, 300, 200, FAST_MYSQL)
+    loads = loading(monkeypatch)
+    decoded: list[Any] = []
+    for batch, (start, stop) in enumerate(((0, 300), (300, len(changes)))):
+        chunk, first, last = changes[start:stop], start + 1, stop
+        want = general.apply_changes(change_rows(chunk, first), batch)
+        table = streamed(net_table(chunk, first, FAST_MYSQL), 37, decoded)
+        got = net.apply_net(
+            [table], source="src", first_seq=first, last_seq=last, batch_id=batch, shard=0
+        )
+        assert got.checkpoints == want.checkpoints == {"src": last}
+        assert got.upserts == table.upserts.num_rows > 100
+    assert loads == [(True, 0), (True, 0)]
+    assert len(decoded) == 9 + 8  # 300 rows, then 200 new and 60 rewritten, 37 a part
+    assert {name for name, _ in decoded} != {threading.current_thread().name}
+    assert all(name.startswith("hw-net-text") and during for name, during in decoded)
+    query = "SELECT * FROM {}.vals ORDER BY id, tag"
+    got_rows = server.query(query.format(dbs[0]))
+    assert len(got_rows) == 500 - 30 and got_rows == server.query(query.format(dbs[1]))
+    assert server.query(MYSQL_CKPT.format(dbs[0])) == server.query(MYSQL_CKPT.format(dbs[1]))
+
+
+def test_a_streamed_upserts_error_rolls_the_shard_back_in_mariadb(
+    mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error of the decoding after some parts were loaded (the net path's refusal of
+    a value): raised, and the shard's transaction rolled back whole: the target table
+    and the checkpoint as before the call. The same batch handed over again applies."""
+    server = mariadb_target
+    dbs = ("hw_strf", "hw_strf_gen", "hw_net_ckpt")
+    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
+    net, general = mysql_sink(server, dbs[0], FAST_MYSQL), mysql_sink(server, dbs[1], FAST_MYSQL)
+    net.setup()
+    general.setup()
+    first_batch = inserts(1, 0, 100, FAST_MYSQL)
+    second = inserts(2, 100, 300, FAST_MYSQL)
+    second += [("delete", img, None) for _op, _b, img in first_batch[:10]]
+    loads = loading(monkeypatch)
+    decoded: list[Any] = []
+    for chunk, first in ((first_batch, 1), (second, 101)):
+        general.apply_changes(change_rows(chunk, first), first)
+    net.apply_net(
+        [streamed(net_table(first_batch, 1, FAST_MYSQL), 37, decoded)], source="src",
+        first_seq=1, last_seq=100, batch_id=1, shard=0,
+    )  # fmt: skip
+    query = "SELECT * FROM {}.vals ORDER BY id, tag"
+    before, ckpt = server.query(query.format(dbs[0])), server.query(MYSQL_CKPT.format(dbs[0]))
+    assert len(before) == 100
+    failing = streamed(net_table(second, 101, FAST_MYSQL), 37, decoded, fail_after=3)
+    with pytest.raises(RuntimeError, match="refuses"):
+        net.apply_net([failing], source="src", first_seq=101, last_seq=410, batch_id=2, shard=0)
+    assert loads[-1] == (False, -1) and len(decoded) == 3 + 3
+    assert server.query(query.format(dbs[0])) == before
+    assert server.query(MYSQL_CKPT.format(dbs[0])) == ckpt
+    # asked again, the same object raises again (nothing decoded twice, nothing applied)
+    with pytest.raises(RuntimeError, match="refuses"):
+        net.apply_net([failing], source="src", first_seq=101, last_seq=410, batch_id=2, shard=0)
+    assert server.query(query.format(dbs[0])) == before
+    got = net.apply_net(
+        [streamed(net_table(second, 101, FAST_MYSQL), 37, decoded)], source="src",
+        first_seq=101, last_seq=410, batch_id=2, shard=0,
+    )  # fmt: skip
+    assert (got.upserts, got.deletes, got.checkpoints) == (300, 10, {"src": 410})
+    rows = server.query(query.format(dbs[0]))
+    assert len(rows) == 390 and rows == server.query(query.format(dbs[1]))
 
 
 def test_load_data_replace_counts_a_replaced_row_once(mariadb_target: MariadbSandbox) -> None:

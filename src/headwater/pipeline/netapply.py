@@ -6,7 +6,9 @@ the JVM, a shuffle, back to Python, where the SQL sinks collapse it per key
 write directly, the way the replay does (:mod:`headwater.spark.asofscan`): a key pass in C
 that reads only the key columns' bytes of each row image and keeps each key's last write
 (``_native/lastwrite.c``), then a decode of the surviving after images only, straight
-into typed Arrow (``_native/survivors.c``). A key's last write in the batch's range is a
+into typed Arrow (``_native/survivors.c``), part by part as the sink loads them (a
+:class:`~headwater.sinks.netwrite.StreamedRows`: a MySQL/MariaDB ``LOAD DATA`` starts
+when the walk ends; a value the decode refuses then rolls the shard's transaction back). A key's last write in the batch's range is a
 put (upsert its after image: FULL row images) or a remove (a delete, or the old key of a
 key-changing update not put again); applying those gives the state the sinks' collapse
 gives. As that collapse does ("created in this batch and gone again: nothing"), a key
@@ -356,28 +358,28 @@ class _State:
         return self.slow_rows + int(events[mine, 5].sum())
 
     def net_table(self, position: Any, walked: _Walked | None, shard: int) -> NetTable:
-        """Shard ``shard``'s net effect on this table: its keys' surviving after images
-        decoded, and its removes."""
+        """Shard ``shard``'s net effect on this table: its removes, and its keys'
+        surviving after images, decoded as the sink loads them (a
+        :class:`~headwater.sinks.netwrite.StreamedRows`) after a walk in C, else here."""
         import pyarrow as pa
 
-        from headwater.sinks.netwrite import NetTable
+        from headwater.sinks.netwrite import NetTable, StreamedRows
 
         target = self.target
         scanner = self.scanners[shard]
+        physical = self.spec.arrow_schema()
+        schema = pa.schema([physical.field(f"_v{i}").with_name(name) for i, name in target.columns])
+        upserts: pa.Table | StreamedRows
         if walked is None:
-            parts = list(self.walker.survivors(scanner, self.counts, self.events))
+            parts = [self._upserts(p) for p in self.walker.survivors(scanner, self.counts,
+                                                                      self.events)]  # fmt: skip
+            upserts = pa.concat_tables(parts) if parts else schema.empty_table()
         else:
-            parts = list(self.fast.survivors_of(scanner, walked))
-        schema = self.spec.arrow_schema()
-        physical = pa.concat_tables(parts) if parts else schema.empty_table()
-        for c in self.spec.columns:
-            if physical.column(f"_t{c.index}").null_count != physical.num_rows:
-                raise NetRefused(
-                    f"{self.spec.table}.{c.name}: a value that does not convert to {c.fast} exactly"
-                )
-        upserts = pa.table(
-            {name: physical.column(f"_v{i}").combine_chunks() for i, name in target.columns}
-        )
+            survivors = scanner.survivors()
+            count = len(survivors[0]) // 8  # int64 sequences
+            once = _Survivors(survivors)
+            decoded = (self._upserts(p) for p in self.fast.survivors_of(once, walked))
+            upserts = StreamedRows(count, schema, decoded)
         return NetTable(
             database=target.database,
             table=target.table,
@@ -390,6 +392,18 @@ class _State:
             removes=self._removes(scanner),
             position=position,
         )
+
+    def _upserts(self, physical: pa.Table) -> pa.Table:
+        """A part of the survivors' physical columns as upserts (target names), or
+        NetRefused when a value did not convert to its Arrow type exactly."""
+        import pyarrow as pa
+
+        for c in self.spec.columns:
+            if physical.column(f"_t{c.index}").null_count != physical.num_rows:
+                raise NetRefused(
+                    f"{self.spec.table}.{c.name}: a value that does not convert to {c.fast} exactly"
+                )
+        return pa.table({name: physical.column(f"_v{i}") for i, name in self.target.columns})
 
     def _removes(self, scanner: Any) -> pa.Table:
         import pyarrow as pa
@@ -416,6 +430,17 @@ class _State:
                 array = pa.Array.from_buffers(ints, count, [None, pa.py_buffer(raw)])
             arrays.append(array.cast(kind))
         return pa.table(arrays, names=list(self.target.key))
+
+
+@dataclass(frozen=True, slots=True)
+class _Survivors:
+    """A Scanner's survivors, asked once (their count sizes the StreamedRows before
+    :meth:`_FastWalker.survivors_of` asks for them)."""
+
+    pairs: tuple[bytes, bytes]
+
+    def survivors(self) -> tuple[bytes, bytes]:
+        return self.pairs
 
 
 def net_tables(plan: NetPlan, shard: int, log: Any) -> NetRead:
@@ -719,6 +744,8 @@ def _apply_read(
         )
     except PartlyApplied as exc:  # the row path applies the rest of it
         return None, NetRefused(str(exc))
+    except NetRefused as exc:  # found while the survivors were decoded: rolled back
+        return None, exc
     except Exception as exc:  # returned, not raised: no task retry (sinks.failfast)
         if not (isinstance(exc, SinkError) or is_terminal(exc)):
             raise

@@ -10,6 +10,7 @@ checkpoint transaction; this module holds the data type and the bulk writers.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import itertools
@@ -35,7 +36,71 @@ from headwater.sinks.writes import Write, run_write
 if TYPE_CHECKING:
     from headwater.sinks.sql import SqlSink
 
-__all__ = ["NetTable", "PartlyApplied", "apply_net", "copy_text", "mysql_literals"]
+__all__ = [
+    "NetTable",
+    "PartlyApplied",
+    "StreamedRows",
+    "apply_net",
+    "copy_text",
+    "mysql_literals",
+]
+
+
+class StreamedRows:
+    """A table's upserts decoded part by part while the target loads them (issue #17).
+
+    The net path knows how many keys survive and the table's Arrow schema once the range
+    is walked; decoding their after images took 0.04-0.18 s a shard of bench/pipeline.py's
+    800 000 changes (225 000 survivors a shard, 2026-11-26, load 0.9-1.3), all of it
+    before ``LOAD DATA`` started, and the later of the two shards decided the round. A
+    MySQL/MariaDB load of a table that takes ``LOAD DATA ... REPLACE``
+    (:meth:`_Writer._mysql_streamed`) reads :meth:`parts` as they come; every other write
+    takes :meth:`table`, the whole of it. The parts are kept as they are decoded, so
+    :meth:`parts` and :meth:`table` can be asked again (a retried transaction, the
+    statements after a refused load) and decode nothing twice. An error of the decoding
+    (the net path's refusal of a value, a truncated record) is raised where the part was
+    asked for, and again to whoever asks past it."""
+
+    __slots__ = ("_error", "_kept", "_source", "num_rows", "schema")
+
+    def __init__(self, num_rows: int, schema: pa.Schema, parts: Iterator[pa.Table]) -> None:
+        #: rows of all the parts (checked when the last is decoded)
+        self.num_rows = num_rows
+        #: the parts' schema (target-side names, table order)
+        self.schema = schema
+        self._source: Iterator[pa.Table] | None = parts
+        self._kept: list[pa.Table] = []
+        self._error: BaseException | None = None
+
+    def parts(self) -> Iterator[pa.Table]:
+        """The parts in order: those decoded already, then the rest as they are decoded
+        (by one consumer at a time)."""
+        i = 0
+        while True:
+            while i < len(self._kept):
+                yield self._kept[i]
+                i += 1
+            if self._error is not None:
+                raise self._error
+            if self._source is None:
+                return
+            try:
+                part = next(self._source)
+            except StopIteration:
+                self._source = None
+                got = sum(p.num_rows for p in self._kept)
+                if got != self.num_rows:
+                    self._error = SinkError(f"{got} rows decoded of {self.num_rows} survivors")
+                continue
+            except BaseException as exc:
+                self._source, self._error = None, exc
+                raise
+            self._kept.append(part)
+
+    def table(self) -> pa.Table:
+        """All the rows (the parts not decoded yet decoded now)."""
+        parts = list(self.parts())
+        return pa.concat_tables(parts) if parts else self.schema.empty_table()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +126,9 @@ class NetTable:
     #: Primary key column names, target-side.
     key: tuple[str, ...]
     #: One row per key whose last write is a put: typed Arrow (int8..int64/uint*,
-    #: float32/64, decimal128, string/binary; nulls allowed).
-    upserts: pa.Table
+    #: float32/64, decimal128, string/binary; nulls allowed); decoded as it is loaded
+    #: when a :class:`StreamedRows`.
+    upserts: pa.Table | StreamedRows
     #: Key columns only: the keys whose last write is a remove.
     removes: pa.Table
     #: Position of the first record of the range (for create_tables).
@@ -286,12 +352,22 @@ class _Writer:
         return self._general(plan, rows, key, delete=True)
 
     def upsert(self, plan: _Plan) -> int:
-        rows = plan.net.upserts
-        if not rows.num_rows:
+        upserts = plan.net.upserts
+        if not upserts.num_rows:
             return 0
-        count: int = rows.num_rows
+        count: int = upserts.num_rows
         columns = plan.columns
-        rows = rows.select(list(columns))
+        if isinstance(upserts, StreamedRows):
+            done = None
+            if self.mysql and _mysql_fast(plan.tdef, upserts.schema, columns):
+                done = self._mysql_streamed(plan, upserts, columns)
+            if done:
+                return count
+            upserts = upserts.table()
+            if done is False:  # the load went back to its savepoint: as _mysql_direct
+                self._mysql_statements(plan, upserts.select(list(columns)), columns, False)
+                return count
+        rows = upserts.select(list(columns))
         if self.mysql:
             if _mysql_fast(plan.tdef, rows, columns):
                 rest = self._mysql_direct(plan, rows, columns)
@@ -448,7 +524,8 @@ class _Writer:
 
         The text is :func:`copy_text`'s (``LOAD DATA`` reads the same escapes: MySQL
         manual "LOAD DATA", "Field and Line Handling": ``\\N`` NULL, ``\\\\``, ``\\t``,
-        ``\\n``, ``\\r``), loaded ``CHARACTER SET binary`` with the text columns set
+        ``\\n``, ``\\r``), loaded ``CHARACTER SET binary`` (``utf8mb4`` without a
+        column of bytes: :func:`_load_sql`) with the text columns set
         through ``CONVERT(@v USING utf8mb4)`` (the Arrow strings are UTF-8, as the
         statements' literals on the utf8mb4 connection; the server converts to the
         column's charset as it does for them), ``ESCAPED BY``/``TERMINATED BY`` given as
@@ -495,27 +572,35 @@ class _Writer:
         return new.slice(0, 0) if self._mysql_load(plan, new, columns) else new
 
     def _mysql_load(
-        self, plan: _Plan, rows: pa.Table, columns: tuple[str, ...], replace: bool = False
+        self,
+        plan: _Plan,
+        rows: pa.Table | StreamedRows,
+        columns: tuple[str, ...],
+        replace: bool = False,
     ) -> bool:
         """``rows`` by ``LOAD DATA LOCAL`` (``... REPLACE`` with ``replace``) under a
-        savepoint (:meth:`_mysql_direct`); True when every row was written without a
-        warning, else rolled back."""
+        savepoint (:meth:`_mysql_direct`, :meth:`_mysql_streamed`); True when every row
+        was written without a warning, else rolled back."""
         sink: Any = self.sink
         cur, dialect = self.cur, self.dialect
         name = f"headwater-net-{next(_STAGES)}"
-        statement = _load_sql(name, plan.ref, plan.tdef, rows, columns, dialect.ident, replace)
+        schema = rows.schema
+        statement = _load_sql(name, plan.ref, plan.tdef, schema, columns, dialect.ident, replace)
+        if isinstance(rows, StreamedRows):
+            texts = _part_texts(rows.parts(), columns)
+        else:
+            texts = _texts(rows, columns)
         cur.execute("SAVEPOINT hw_direct")
         try:
             loaded, warnings = _load_local(
-                cur.connection,
-                statement,
-                name,
-                _texts(rows, columns),
-                min(1 << 20, self._max_packet() // 2),
+                cur.connection, statement, name, texts, min(1 << 20, self._max_packet() // 2)
             )
+        except _NotFinite:
+            cur.execute("ROLLBACK TO SAVEPOINT hw_direct")
+            return False
         except Exception as exc:
             if dialect.retryable(exc) is not False:
-                raise
+                raise  # a decoding's error too: the transaction rolls back
             cur.execute("ROLLBACK TO SAVEPOINT hw_direct")
             code = exc.args[0] if exc.args else None
             if code in _LOCAL_REFUSED:
@@ -525,6 +610,39 @@ class _Writer:
             cur.execute("ROLLBACK TO SAVEPOINT hw_direct")
             return False
         return True
+
+    def _mysql_streamed(
+        self, plan: _Plan, upserts: StreamedRows, columns: tuple[str, ...]
+    ) -> bool | None:
+        """``upserts`` by ``LOAD DATA LOCAL ... REPLACE`` as they are decoded, each part's
+        text sent while the next is decoded and rendered (:class:`StreamedRows`), where
+        :meth:`_mysql_direct` would load them all by ``REPLACE``: a plain table
+        (:meth:`_mysql_plain`) whose every stored column is written
+        (:meth:`_mysql_replaceable`). Then the order of the rows cannot change what the
+        load leaves (one row a key, no other unique key, no trigger, no foreign key), so
+        parts loaded as they come leave what one table would. True when all were loaded
+        without a warning; False when the load went back to its savepoint (a part holding
+        a float the text cannot carry, a warning, a row count other than the rows sent, a
+        refusal that is not retryable): the statements then take the rows (``upsert``).
+        None: the table does not take this load (:meth:`_mysql_direct` decides on all
+        the rows). An error of the decoding is raised as it is: the shard's transaction
+        rolls back whole (nothing of the shard applied; the net path then hands the
+        batch to the row path, :mod:`headwater.pipeline.netapply`).
+
+        Measured on bench/pipeline.py's batched rounds (2026-11-26, load 0.9-1.7): before,
+        the later shard's ``LOAD DATA`` started up to 0.16 s after the earlier's (its
+        survivors decoded, 0.04-0.18 s, while the other shard loaded), and the later load
+        decided the round; streamed, the two start 0.01-0.14 s apart (what is left is
+        the walks' difference). The two loads themselves, 0.8-1.1 s, are most of a
+        round: the same two alone (two sessions, the same rows from files) take
+        0.76-0.86 s at 1.2-1.4 CPU-s of the server, and one session loading both shards'
+        rows 0.9 s at 0.9 CPU-s (the shards' keys interleave in the one B-tree)."""
+        sink: Any = self.sink
+        if getattr(sink, "_no_local_infile", False) or plan.net.key[0] not in columns:
+            return None
+        if not (self._mysql_plain(plan) and self._mysql_replaceable(plan, columns)):
+            return None
+        return self._mysql_load(plan, upserts, columns, True)
 
     def _mysql_plain(self, plan: _Plan) -> bool:
         """Whether the target table's rows are independent of each other for a write:
@@ -812,24 +930,39 @@ def _load_sql(
     name: str,
     ref: str,
     tdef: TableDef,
-    rows: pa.Table,
+    rows: pa.Table | pa.Schema,
     columns: Sequence[str],
     ident: Callable[[str], str],
     replace: bool = False,
 ) -> bytes:
     """The ``LOAD DATA LOCAL INFILE`` statement of :func:`copy_text`'s text of ``rows``
-    (:meth:`_Writer._mysql_direct`); ``... REPLACE INTO`` with ``replace``."""
+    (or rows of that schema: :meth:`_Writer._mysql_direct`); ``... REPLACE INTO`` with
+    ``replace``.
+
+    The Arrow strings are UTF-8. Without a column of bytes the text is read ``CHARACTER
+    SET utf8mb4`` into the columns themselves (MariaDB KB "LOAD DATA INFILE": the clause
+    names the file's character set; the server converts each value to its column's, as
+    for a utf8mb4 literal, and a byte sequence that is not utf8mb4 is a warning, or an
+    error in strict mode, either of which sends the rows to the statements). With one,
+    the text must be read ``CHARACTER SET binary`` (the bytes as they are) and the text
+    columns go through ``CONVERT(@v USING utf8mb4)``: a user variable and an expression
+    a row, about 7% of the server's CPU for bench/pipeline.py's table of one text column
+    in five (one session loading 450 000 rows ``REPLACE`` into an empty table,
+    alternating, load 0.7: 0.84-0.90 CPU-s against 0.85-1.03, 2026-11-26)."""
+    schema = rows if isinstance(rows, pa.Schema) else rows.schema
+    kinds = [_kind(tdef.column(c), schema.field(c).type) for c in columns]  # type: ignore[arg-type]
+    binary = "bytes" in kinds
     targets: list[str] = []
     sets: list[str] = []
-    for i, c in enumerate(columns):
-        if _kind(tdef.column(c), rows.schema.field(c).type) == "text":  # type: ignore[arg-type]
+    for i, (c, kind) in enumerate(zip(columns, kinds, strict=True)):
+        if kind == "text" and binary:
             targets.append(f"@hw{i}")
             sets.append(f"{ident(c)} = CONVERT(@hw{i} USING utf8mb4)")
         else:
             targets.append(ident(c))
     sql = (
         f"LOAD DATA LOCAL INFILE '{name}'{' REPLACE' if replace else ''} INTO TABLE {ref}"
-        " CHARACTER SET binary"
+        f" CHARACTER SET {'binary' if binary else 'utf8mb4'}"
         " FIELDS TERMINATED BY x'09' ESCAPED BY x'5c' LINES TERMINATED BY x'0a'"
         f" ({', '.join(targets)})"
     )
@@ -923,10 +1056,11 @@ def _kind(col: Column, arrow: pa.DataType) -> str | None:
     return None
 
 
-def _mysql_fast(tdef: TableDef, rows: pa.Table, columns: Sequence[str]) -> bool:
+def _mysql_fast(tdef: TableDef, rows: pa.Table | pa.Schema, columns: Sequence[str]) -> bool:
+    schema = rows if isinstance(rows, pa.Schema) else rows.schema
     for name in columns:
         col = tdef.column(name)
-        if col is None or _kind(col, rows.schema.field(name).type) is None:
+        if col is None or _kind(col, schema.field(name).type) is None:
             return False
     return True
 
@@ -1026,6 +1160,41 @@ def _texts(rows: pa.Table, columns: Sequence[str], per: int = 1 << 16) -> Iterat
             pending = pool.submit(copy_text, rows.slice(start, per), columns)
             yield done
         yield pending.result()
+
+
+class _NotFinite(Exception):
+    """A part of a streamed load holds NaN or an infinity (:func:`_part_texts`)."""
+
+
+def _part_texts(parts: Iterator[pa.Table], columns: Sequence[str]) -> Iterator[bytes]:
+    """:func:`copy_text` of each of ``parts`` (:meth:`StreamedRows.parts`), the next part
+    decoded and rendered on a thread (in a copy of the caller's context) while the
+    caller sends the current one to the server. Raises :class:`_NotFinite` at a part
+    with a float the text cannot carry (the load then goes back to its savepoint)."""
+    floats = None
+
+    def render() -> bytes | None:
+        nonlocal floats
+        part = next(parts, None)
+        if part is None:
+            return None
+        part = part.select(list(columns))
+        if floats is None:
+            floats = [c for c in columns if pa.types.is_floating(part.schema.field(c).type)]
+        for c in floats:
+            if pc.any(pc.invert(pc.is_finite(part.column(c)))).as_py():
+                raise _NotFinite(c)
+        return copy_text(part, columns)
+
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(1, thread_name_prefix="hw-net-text") as pool:
+        pending = pool.submit(context.run, render)
+        while True:
+            text = pending.result()
+            if text is None:
+                return
+            pending = pool.submit(context.run, render)
+            yield text
 
 
 def copy_text(rows: pa.Table, columns: Sequence[str]) -> bytes:
