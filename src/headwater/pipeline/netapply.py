@@ -8,8 +8,9 @@ that reads only the key columns' bytes of each row image and keeps each key's la
 (``_native/lastwrite.c``), then a decode of the surviving after images only, straight
 into typed Arrow (``_native/survivors.c``), part by part as the sink loads them (a
 :class:`~headwater.sinks.netwrite.StreamedRows`: a MySQL/MariaDB ``LOAD DATA`` starts
-when the walk ends; a value the decode refuses then rolls the shard's transaction back). A key's last write in the batch's range is a
-put (upsert its after image: FULL row images) or a remove (a delete, or the old key of a
+when the walk ends; a value the decode refuses then rolls the shard's transaction back).
+A key's last write in the batch's range is a put (upsert its after image: FULL row
+images) or a remove (a delete, or the old key of a
 key-changing update not put again); applying those gives the state the sinks' collapse
 gives. As that collapse does ("created in this batch and gone again: nothing"), a key
 whose first write in the range created it (an insert, or the new key of a key-changing
