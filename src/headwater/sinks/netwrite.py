@@ -636,7 +636,11 @@ class _Writer:
         the walks' difference). The two loads themselves, 0.8-1.1 s, are most of a
         round: the same two alone (two sessions, the same rows from files) take
         0.76-0.86 s at 1.2-1.4 CPU-s of the server, and one session loading both shards'
-        rows 0.9 s at 0.9 CPU-s (the shards' keys interleave in the one B-tree)."""
+        rows 0.9 s at 0.9 CPU-s (the shards' keys interleave in the one B-tree). Rounds
+        were no shorter there (alternating runs, one-batch rounds: median 1.59 s before,
+        1.60 after, docs/operations.md): on its 2 cores the decode moved into the loads'
+        time takes the cores the server would use. Kept for a target on a host of its
+        own, where it overlaps the server's work (not measured)."""
         sink: Any = self.sink
         if getattr(sink, "_no_local_infile", False) or plan.net.key[0] not in columns:
             return None
