@@ -852,6 +852,57 @@ def test_a_streamed_upserts_error_rolls_the_shard_back_in_mariadb(
     assert len(rows) == 390 and rows == server.query(query.format(dbs[1]))
 
 
+def test_the_probe_reads_back_only_the_values_of_a_slice_held_in_part(
+    mariadb_target: MariadbSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_mysql_present`` past its range read (the range holds at least as many rows as
+    there are values), in slices of 4 values: each slice counted; a slice held whole or
+    not at all sends no value back, one held in part has its held values read. The mask
+    names exactly the values held (a composite key: several rows per first-key value)."""
+    server = mariadb_target
+    db = "hw_probe"
+    server.execute(
+        f"DROP DATABASE IF EXISTS {db}",
+        f"CREATE DATABASE {db}",
+        f"CREATE TABLE {db}.vals ({VALS_COLUMNS}, PRIMARY KEY (id, tag))",
+    )
+    server.execute(  # ids 0-29 held, twice each (two tags), but 9, 10 and 20-23
+        "INSERT INTO vals (id, tag) SELECT seq, t FROM seq_0_to_29,"
+        " (SELECT 'a' AS t UNION SELECT 'b') AS tags WHERE seq NOT IN (9, 10, 20, 21, 22, 23)",
+        database=db,
+    )
+    monkeypatch.setattr(netwrite, "_PROBE_KEYS", 4)
+    sink = mysql_sink(server, db, FAST_MYSQL)
+    values = pa.array([0, 1, 2, 3, 8, 9, 10, 11, 20, 21, 22, 23, 3, 9], pa.int32())
+    conn = sink.connect()
+    try:
+        with conn.cursor() as cur:
+            sent: list[str] = []
+            execute = cur.execute
+
+            def seen(sql: str, *args: Any) -> Any:
+                sent.append(sql)
+                return execute(sql, *args)
+
+            cur.execute = seen  # type: ignore[method-assign]
+            writer = netwrite._Writer(sink, cur, "src", 1, 1, 0)
+            removes = pa.table({"id": values, "tag": pa.array(["a"] * len(values))})
+            empty = SCHEMA.empty_table().select(list(FAST_MYSQL))
+            table = NetTable(
+                "src", "vals", "src", "vals", only(TDEF, FAST_MYSQL), FAST_MYSQL, KEY, empty,
+                removes, Position(0, 1, 4, 0),
+            )  # fmt: skip
+            mask = writer._mysql_present(writer.plan(table), values)
+    finally:
+        conn.close()
+    assert mask is not None
+    assert mask.to_pylist() == [True] * 5 + [False, False, True] + [False] * 4 + [True, False]
+    counts = [q for q in sent if "COUNT(DISTINCT" in q]
+    reads = [q for q in sent if q.startswith("SELECT DISTINCT")]
+    assert len(counts) == 3  # 12 distinct values: three slices of 4
+    assert len(reads) == 1 and "IN (8,9,10,11)" in reads[0]
+
+
 def test_load_data_replace_counts_a_replaced_row_once(mariadb_target: MariadbSandbox) -> None:
     """``LOAD DATA ... REPLACE``: the OK packet's affected rows count a replaced row twice
     (deleted and inserted); :func:`netwrite._load_local` returns the rows written, from
