@@ -413,7 +413,9 @@ PIPELINE: tuple[Section, ...] = (
                 "Other source options as strings: `ddl`, `source`, `endingPosition`, "
                 "`maxBytesPerTrigger`, `minBytesPerPartition` (bytes a slice holds at least, "
                 "1 MiB by default), `burstWaitMs` (after an idle stream, how long a burst may "
-                "take to land before its micro-batch is cut; 200 by default), `burstQuietMs` (50), "
+                "take to land before its micro-batch is cut; 200 by default), `burstQuietMs` "
+                "(50), `burstCatchUpMs` (how long a catch-up's burst may land, its newest "
+                "record committed 2 s or more ago; 1000), "
                 "`idleAdvanceMs` (how long an end offset that only passes records the pipeline "
                 "does not read is held back; see docs/configuration.md), `driverApplyMaxRows` "
                 "(a micro-batch of at most this many rows is applied in the driver, without a "
@@ -434,6 +436,7 @@ PIPELINE: tuple[Section, ...] = (
                 "min_partition_bytes",
                 "burst_wait_ms",
                 "burst_quiet_ms",
+                "burst_catch_up_ms",
                 "idle_advance_ms",
                 "direct_max_rows",
                 "net_apply",

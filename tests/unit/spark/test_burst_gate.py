@@ -18,9 +18,11 @@ from headwater.spark.offsets import parse_options
 from headwater.spark.source import (
     BURST_BYTES,
     BURST_RECORDS,
+    CATCH_UP_LAG_S,
     EARLY_QUIET,
     BurstGate,
     HeadwaterStreamReader,
+    _behind,
     _payload,
 )
 from headwater.store import ChangeLog, Record
@@ -175,3 +177,77 @@ def test_a_small_first_record_is_cut_alone_on_a_real_log(tmp_path: Path) -> None
         assert took < 0.05  # (a wait would end 50 ms after the landing at 20 ms)
     finally:
         stream.stop()
+
+
+def _steady(every: float, until: float, start: int = 100, step: int = 200) -> _Log:
+    """A catch-up landing ``step`` records every ``every`` s until ``until`` s."""
+    landings, t, end = [], 0.0, start
+    while t <= until + 1e-9:
+        landings.append((round(t, 6), end))
+        t, end = t + every, end + step
+    return _Log(landings, {})
+
+
+def test_a_catch_up_may_land_for_longer_than_burst_wait() -> None:
+    """A restarted reader landing for 0.48 s, a group every 30 ms: a catch-up's burst
+    (``behind``) is one batch, cut 50 ms after its last group; a live burst the same
+    length is cut at ``burstWaitMs`` (0.2 s)."""
+    for is_behind, cut_at in [(True, 0.48 + 0.05), (False, 0.2)]:
+        log = _steady(0.03, 0.5)
+        gate = BurstGate(0.2, 0.05, clock=lambda log=log: log.now, sleep=lambda s: None,
+                         catch_up_s=1.0)  # fmt: skip
+        asked: list[int] = []
+
+        def behind(end: int, is_behind: bool = is_behind, asked: list[int] = asked) -> bool:
+            asked.append(end)
+            return is_behind
+
+        got = gate.settle(100, log.end, begin=1, wait=log.wait, behind=behind)
+        assert asked == [100]  # (once, at the first look)
+        assert round(log.now - 100.0, 3) == cut_at
+        assert got == log.end()
+        assert (got == log.landings[-1][1]) is is_behind
+
+
+def test_a_catch_up_is_still_cut_at_burst_catch_up() -> None:
+    log = _steady(0.03, 3.0)
+    gate = BurstGate(0.2, 0.05, clock=lambda: log.now, sleep=lambda s: None, catch_up_s=1.0)
+    got = gate.settle(100, log.end, begin=1, wait=log.wait, behind=lambda end: True)
+    assert round(log.now - 100.0, 3) == 1.0
+    assert got == log.end() < log.landings[-1][1]
+    # burstCatchUpMs no longer than burstWaitMs: the usual cap
+    log = _steady(0.03, 3.0)
+    gate = BurstGate(0.2, 0.05, clock=lambda: log.now, sleep=lambda s: None, catch_up_s=0.1)
+    gate.settle(100, log.end, begin=1, wait=log.wait, behind=lambda end: True)
+    assert round(log.now - 100.0, 3) == 0.2
+
+
+def test_behind_reads_the_newest_records_commit_time(tmp_path: Path) -> None:
+    writer = ChangeLog.open(str(tmp_path / "changes"))
+    reader = LocalLog(parse_options({"path": str(tmp_path)}), decoding=False)
+    now_us = int(time.time() * 1_000_000)
+    try:
+        for seq, ts_us in [(1, now_us - 60_000_000), (2, now_us - 10_000_000), (3, now_us)]:
+            writer.append_nowait(Record(Position(1, 1, 100 + seq), b"x", ts_us=ts_us,
+                                        gtid=f"0-1-{seq}", tables=(("a.t", 1),)))  # fmt: skip
+        writer.flush()
+        behind = _behind(reader)
+        assert behind(2) and behind(3)  # the newest at the first look: 60 s, 10 s old
+        assert not behind(4)  # committed now: a live burst
+        assert CATCH_UP_LAG_S == 2.0
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_burst_catch_up_option() -> None:
+    import pytest
+
+    from headwater.errors import ConfigError
+
+    base = {"path": "/x"}
+    assert parse_options(base).burst_catch_up_ms == 1000
+    assert parse_options({**base, "burstCatchUpMs": "0"}).burst_catch_up_ms == 0
+    with pytest.raises(ConfigError) as info:
+        parse_options({**base, "burstCatchUpMs": "-5"})
+    assert info.value.field == "burstCatchUpMs"
