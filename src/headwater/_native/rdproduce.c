@@ -326,15 +326,21 @@ static PyObject *Producer_produce_rows(Producer *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    int err = 0;
+    int err = 0, named = 1;
     for (Py_ssize_t t = 0; t < ntopics && err == 0; t++) {
         const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(topics, t));
         if (name == NULL) {
-            self->busy = 0;
-            goto done;
+            named = 0;
+            break;
         }
         rkts[t] = rd.topic_new(self->rk, name, NULL);
         if (rkts[t] == NULL) err = rd.last_error();
+    }
+    if (!named) { /* (a topic that is not text: the handles made so far are let go) */
+        for (Py_ssize_t t = 0; t < ntopics; t++)
+            if (rkts[t] != NULL) rd.topic_destroy(rkts[t]);
+        self->busy = 0;
+        goto done;
     }
     const int32_t *gi = bg.buf;
     const uint8_t *kv = bkv.buf;
