@@ -42,7 +42,7 @@ from headwater.sinks.bus.messages import BusMessage, BusOptions, bus_messages, r
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["Buffers", "Records", "batch_buffers", "batch_messages", "batch_records"]
+__all__ = ["Buffers", "Records", "batch_buffers", "batch_messages", "batch_records", "constant"]
 
 _EMPTY, _QUOTE, _NULL, _CLOSE = b"", b'"', b"null", b"}"
 
@@ -148,12 +148,30 @@ class _Groups:
         return pa.array(per_group, pa.binary()).take(self.positions)
 
 
+def constant(column: Any) -> tuple[bool, Any]:
+    """Whether every value of a non-empty column is the same (all null included), and
+    that value: Arrow's ``min_max``, a fraction of a dictionary encoding's cost."""
+    import pyarrow.compute as pc
+
+    nulls = column.null_count
+    if nulls == len(column):
+        return True, None
+    if nulls:
+        return False, None
+    low, high = pc.min_max(column).values()
+    return low == high, low.as_py()
+
+
 def _groups(batch: pyarrow.RecordBatch) -> _Groups:
     """The groups of ``batch``'s rows (:class:`_Groups`): each of the four columns is
     dictionary-encoded and the indices are combined into one code per row."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if batch.num_rows:
+        same = [constant(batch.column(name)) for name in _REPEATED]
+        if all(one for one, _ in same):  # one group (a batch of one table and op: most)
+            return _Groups([tuple(value for _, value in same)], None, batch.num_rows)
     code: Any = pa.scalar(0, pa.int64())
     dictionaries, sizes = [], []
     for name in _REPEATED:
