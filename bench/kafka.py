@@ -82,7 +82,9 @@ process; broker and source apart), the ratio the load moves least. Last line:
 sends its 60 000 messages in about 0.1 s).
 
 Figures with the produce loop in C (2026-11-25, :mod:`headwater.sinks.kafka.native`: a
-batch's messages queued by one call without the GIL; full runs, load 0.7-1.6): 0.69 with
+batch's messages queued by one call without the GIL; full runs, load 0.7-1.6; at the
+session's end, with one-group batches not dictionary-encoded, 0.52 and 0.55 at load
+0.8-1.0, and across eight runs 0.47-0.69, under 0.5 only at load 1.2-1.5): 0.69 with
 LZ4 (pipeline rounds 0.57-0.63 s at 0.71-0.79 CPU-s, this process 0.60-0.63; the batch's
 ``addBatch`` 0.41-0.44 s of it, the rest the reader's catch-up, the burst gate and
 planning; plain producer 0.32-0.56 s); ``--compression none`` 0.76 (pipeline 0.96-1.12 s,
