@@ -42,40 +42,13 @@ from headwater.spark.logaccess import open_log
 from headwater.spark.offsets import parse_options
 
 sys.path.insert(0, str(Path(__file__).parent))
+from pipeline import workload  # (bench/pipeline.py's batched workload)
 from readerproc import Reader
 
 TABLE = (
     "CREATE TABLE bench.{table} (id INT PRIMARY KEY, a INT NOT NULL,"
     " b VARCHAR(64) NULL, c DECIMAL(10,2) NULL, ts BIGINT NOT NULL)"
 )
-
-
-def workload(source: MariadbSandbox, rows: int, table: str) -> int:
-    """bench/pipeline.py's batched workload: ``rows`` rows inserted 1000 per transaction,
-    half updated 1000 per transaction, a tenth deleted. Returns the row changes."""
-    conn = source.connect("bench")
-    changes = 0
-    with conn.cursor() as cur:
-        for first in range(0, rows, 1000):
-            n = min(1000, rows - first)
-            cur.execute(
-                f"INSERT INTO {table} SELECT seq, seq * 3, MD5(seq), seq / 7, 0"
-                f" FROM seq_{first + 1}_to_{first + n}"
-            )
-            conn.commit()
-            changes += n
-        for first in range(0, rows, 2000):
-            cur.execute(
-                f"UPDATE {table} SET a = a + 1, b = NULL"
-                f" WHERE id BETWEEN {first + 1} AND {first + 1000}"
-            )
-            conn.commit()
-            changes += cur.rowcount
-        cur.execute(f"DELETE FROM {table} WHERE id % 10 = 0")
-        conn.commit()
-        changes += cur.rowcount
-    conn.close()
-    return changes
 
 
 def proc_stat(pid: int) -> tuple[int, float, float]:

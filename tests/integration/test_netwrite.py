@@ -215,6 +215,21 @@ def count_general(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return calls
 
 
+def sink_pair(server: MariadbSandbox, dbs: tuple[str, ...]) -> tuple[MysqlSink, MysqlSink]:
+    """Two set-up sinks of FAST_MYSQL's columns: the net path's into ``dbs[0]`` and the
+    general path's into ``dbs[1]`` (checkpoints in ``dbs[2]``)."""
+    net, general = mysql_sink(server, dbs[0], FAST_MYSQL), mysql_sink(server, dbs[1], FAST_MYSQL)
+    net.setup()
+    general.setup()
+    return net, general
+
+
+def fresh_pair(server: MariadbSandbox, dbs: tuple[str, ...]) -> tuple[MysqlSink, MysqlSink]:
+    """:func:`sink_pair` after every database of ``dbs`` is dropped."""
+    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
+    return sink_pair(server, dbs)
+
+
 def mysql_sink(server: MariadbSandbox, db: str, names: tuple[str, ...] = ALL) -> MysqlSink:
     return MysqlSink(
         MysqlSinkConfig(
@@ -594,9 +609,7 @@ def test_load_data_of_the_keys_the_target_does_not_hold_in_mariadb(
     for db in dbs[:2]:
         server.execute(f"CREATE DATABASE {db}", f"CREATE TABLE {db}.vals ({VALS_COLUMNS},"
                        " extra INT NULL DEFAULT 7, PRIMARY KEY (id, tag))")  # fmt: skip
-    net, general = mysql_sink(server, dbs[0], FAST_MYSQL), mysql_sink(server, dbs[1], FAST_MYSQL)
-    net.setup()
-    general.setup()
+    net, general = sink_pair(server, dbs)
     rnd = random.Random(7)
     held = {i: image(rnd, (i, "a"), True, FAST_MYSQL) for i in range(0, 3000, 50)}
     first = [("insert", None, img) for img in held.values()]
@@ -772,10 +785,7 @@ def test_streamed_upserts_are_decoded_while_load_data_runs_in_mariadb(
     keys, rewritten keys and removes alike."""
     server = mariadb_target
     dbs = ("hw_str", "hw_str_gen", "hw_net_ckpt")
-    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
-    net, general = mysql_sink(server, dbs[0], FAST_MYSQL), mysql_sink(server, dbs[1], FAST_MYSQL)
-    net.setup()
-    general.setup()
+    net, general = fresh_pair(server, dbs)
     changes = inserts(1, 0, 300, FAST_MYSQL)
     rnd = random.Random(5)
     for i in rnd.sample(range(300), 90):
@@ -815,10 +825,7 @@ def test_a_streamed_upserts_error_rolls_the_shard_back_in_mariadb(
     and the checkpoint as before the call. The same batch handed over again applies."""
     server = mariadb_target
     dbs = ("hw_strf", "hw_strf_gen", "hw_net_ckpt")
-    server.execute(*(f"DROP DATABASE IF EXISTS {d}" for d in dbs))
-    net, general = mysql_sink(server, dbs[0], FAST_MYSQL), mysql_sink(server, dbs[1], FAST_MYSQL)
-    net.setup()
-    general.setup()
+    net, general = fresh_pair(server, dbs)
     first_batch = inserts(1, 0, 100, FAST_MYSQL)
     second = inserts(2, 100, 300, FAST_MYSQL)
     second += [("delete", img, None) for _op, _b, img in first_batch[:10]]
